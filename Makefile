@@ -1,0 +1,30 @@
+# Two entry points (see README): `make demo` and `make test`.  Both create .venv and install
+# what they need, so they work on a fresh machine with only Python 3.10+ (and Java for Spark).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-dev
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) examples/demo.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy storage
+
+test: lint
+	$(VENV)/bin/pytest -q -p no:cacheprovider
+
+bench: $(STAMP)
+	$(PY) bench/codec.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info demo-data

@@ -1,0 +1,1 @@
+"""The Spark Data Source ``pylog`` (the only package that imports pyspark)."""

@@ -1,0 +1,47 @@
+"""The exception hierarchy: every error pylog raises on purpose is a ``PylogError``."""
+
+from __future__ import annotations
+
+
+class PylogError(Exception):
+    """Root of all pylog errors."""
+
+
+class CorruptRecordError(PylogError):
+    """Bytes that are not a valid Kafka record set.
+
+    ``path`` names the file (when known) and ``position`` the byte position of the entry
+    (batch or message) where the problem was found, relative to the start of the file or
+    buffer that was being decoded.
+    """
+
+    def __init__(self, message: str, *, position: int | None = None, path: str | None = None):
+        self.reason = message
+        self.position = position
+        self.path = path
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        where = []
+        if self.path is not None:
+            where.append(str(self.path))
+        if self.position is not None:
+            where.append(f"byte {self.position}")
+        return f"{': '.join(where)}: {self.reason}" if where else self.reason
+
+    def with_context(self, *, path: str | None = None, offset: int = 0) -> CorruptRecordError:
+        """The same error re-anchored in a file: ``offset`` is added to the position."""
+        pos = None if self.position is None else self.position + offset
+        return CorruptRecordError(self.reason, position=pos, path=path or self.path)
+
+
+class OffsetOutOfRangeError(PylogError):
+    """An offset below the log start offset or above the log end offset."""
+
+
+class ConfigError(PylogError, ValueError):
+    """An unknown configuration key or an invalid value."""
+
+
+class LogLockedError(PylogError):
+    """Another process holds the writer lock of a pylog root."""
