@@ -248,8 +248,7 @@ def decompress(codec: int, data: _Data, *, magic: int = 2, max_size: int | None 
     if codec == ZSTD:
         if magic < 2:
             raise CorruptRecordError(
-                f"zstd: compression codec id 4 (zstd) is not allowed for magic {magic}"
-                " (it needs magic >= 2)",
+                f"zstd: compression codec id 4 (zstd) is not allowed for magic {magic} (it needs magic >= 2)",
                 position=0,
             )
         return _native_decompress("zstd", cramjam.zstd, _ZSTD_OVERFLOW, view, max_size)
@@ -269,9 +268,7 @@ def _view(data: _Data) -> memoryview:
     return view
 
 
-def _level(
-    name: str, level: int | None, default: int, valid: range, extra: int | None = None
-) -> int:
+def _level(name: str, level: int | None, default: int, valid: range, extra: int | None = None) -> int:
     if level is None:
         return default
     if level in valid or (extra is not None and level == extra):
@@ -279,6 +276,7 @@ def _level(
     raise ConfigError(
         f"invalid {name} compression level {level}:"
         f" valid levels are {valid.start}..{valid.stop - 1}"
+        + ("" if extra is None else f" (or {extra} for the default)")
     )
 
 
@@ -296,8 +294,8 @@ def _too_large(name: str, size: int | str, max_size: int, position: int) -> Corr
 def _overflow_message(module: Any) -> str | None:
     """The message cramjam gives when ``decompress_into`` runs out of output buffer.
 
-    Probed once at import rather than hard-coded, so that a reworded message in another
-    cramjam version makes the bounded decoder retry less cleverly instead of misreporting."""
+    Probed once at import rather than hard-coded, so a reworded message in another cramjam
+    version still works; if none is raised at all, a full buffer is detected by its length."""
     try:
         module.decompress_into(bytes(module.compress(b"\x00" * 64)), bytearray(1))
     except Exception as e:
@@ -400,8 +398,7 @@ def _xerial_decompress(view: memoryview, max_size: int | None) -> bytes:
             if length > n - start:
                 raise _corrupt(
                     "snappy",
-                    f"chunk length {length} runs past the end of the input"
-                    f" ({n - start} bytes left)",
+                    f"chunk length {length} runs past the end of the input ({n - start} bytes left)",
                     pos,
                 )
             block = _snappy_block(view[start : start + length], total, max_size, pos)
@@ -444,9 +441,7 @@ def _lz4_decompress(view: memoryview, magic: int, max_size: int | None) -> bytes
     if flg & _FLG_RESERVED:
         raise _corrupt("lz4", f"reserved FLG bits set (FLG 0x{flg:02x})", 4)
     if not flg & _FLG_INDEPENDENT:
-        raise _corrupt(
-            "lz4", "dependent (linked) blocks are not supported by Kafka (FLG bit 5 is 0)", 4
-        )
+        raise _corrupt("lz4", "dependent (linked) blocks are not supported by Kafka (FLG bit 5 is 0)", 4)
     if bd & _BD_RESERVED:
         raise _corrupt("lz4", f"reserved BD bits set (BD 0x{bd:02x})", 5)
     block_id = (bd >> 4) & 0x07
@@ -481,9 +476,7 @@ def _lz4_decompress(view: memoryview, magic: int, max_size: int | None) -> bytes
             raise _corrupt("lz4", f"block size {size} exceeds the maximum {max_block}", pos)
         end = start + size
         if end > n:
-            raise _corrupt(
-                "lz4", f"block of {size} bytes runs past the end ({n - start} bytes left)", pos
-            )
+            raise _corrupt("lz4", f"block of {size} bytes runs past the end ({n - start} bytes left)", pos)
         block = view[start:end]
         if block_checksum:
             if n - end < LZ4_CHECKSUM.size:
