@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+
 from pylog.storage import compression, records
 from pylog.storage.partitioner import partition_for_keys
 

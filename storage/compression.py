@@ -49,6 +49,7 @@ from collections.abc import Callable
 from typing import Any
 
 import cramjam
+
 from pylog.storage.errors import ConfigError, CorruptRecordError
 
 __all__ = [

@@ -35,6 +35,7 @@ from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
+
 from pylog.storage.errors import ConfigError
 
 __all__ = ["murmur2", "murmur2_one", "partition_for_keys"]

@@ -22,6 +22,7 @@ from typing import Any
 import crc32c
 import numpy as np
 import pyarrow as pa
+
 from pylog.storage import _kernels, compression
 from pylog.storage import _kernels_src as K
 from pylog.storage.batch import (

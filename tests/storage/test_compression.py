@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from kafka import codec as kc
+
 from pylog.storage import compression
 from pylog.storage.compression import (
     CODEC_NAMES,

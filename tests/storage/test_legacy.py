@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.legacy_records import LegacyRecordBatch, LegacyRecordBatchBuilder
+
 from pylog.storage.errors import CorruptRecordError
 from pylog.storage.legacy import (
     CODEC_NAMES,

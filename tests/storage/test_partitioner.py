@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.partitioner.default import murmur2 as kp_murmur2
+
 from pylog.storage import partitioner
 from pylog.storage.errors import ConfigError
 from pylog.storage.partitioner import murmur2, murmur2_one, partition_for_keys

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
 from pylog.storage import batch as B
 from pylog.storage import compression, records
 from pylog.storage.errors import CorruptRecordError
-
 from tests.kafka_fixtures import b64, expected_records, manifest_logs, require_fixtures
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
