@@ -45,3 +45,25 @@ class ConfigError(PylogError, ValueError):
 
 class LogLockedError(PylogError):
     """Another process holds the writer lock of a pylog root."""
+
+
+class CorruptIndexError(PylogError):
+    """An offset, time or transaction index file that fails its sanity check."""
+
+    def __init__(self, message: str, *, path: str | None = None):
+        self.path = path
+        super().__init__(f"{path}: {message}" if path else message)
+
+
+class CorruptCheckpointError(PylogError):
+    """A checkpoint file that does not follow Kafka's format (names the file and line)."""
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None):
+        self.path = path
+        self.line = line
+        where = f"{path}" + (f", line {line}" if line is not None else "") if path else ""
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class InvalidOffsetError(PylogError, ValueError):
+    """An append whose offsets are not above the log end (or an index entry out of order)."""

@@ -1,0 +1,291 @@
+"""The storage seam: every file operation of the log engine goes through a ``Storage``.
+
+Paths are always *relative to the root* of a pylog directory, with ``/`` separators
+(``"events-0/00000000000000000000.log"``).  :meth:`Storage.resolve` refuses anything that
+could leave the root (absolute paths, ``..``, empty or NUL components), so no option or file
+name can make pylog read or write outside it.
+
+``LocalStorage`` implements Kafka's local-disk mechanisms: appends to open files, fsync of
+files and directories, and durable replacement (tmp file in the same directory → fsync →
+``os.replace`` → fsync the directory).  An object-store implementation follows the same
+interface (see DESIGN.md §3).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import BinaryIO
+
+from pylog.storage.errors import LogLockedError, PylogError
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+
+class StorageError(PylogError):
+    """A path outside the root, or an I/O failure with the path it concerns."""
+
+
+class AppendFile(ABC):
+    """A file opened for appending (the active segment and its indexes)."""
+
+    @abstractmethod
+    def write(self, data: bytes | bytearray | memoryview) -> int: ...
+
+    @abstractmethod
+    def size(self) -> int: ...
+
+    @abstractmethod
+    def fsync(self) -> None: ...
+
+    @abstractmethod
+    def truncate(self, size: int) -> None: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+
+class Storage(ABC):
+    """File operations the log engine needs, on paths relative to one root."""
+
+    @abstractmethod
+    def read(self, path: str, start: int = 0, end: int | None = None) -> bytes:
+        """Bytes ``[start, end)`` of a file (``end`` None: to the end of the file)."""
+
+    @abstractmethod
+    def size(self, path: str) -> int: ...
+
+    @abstractmethod
+    def exists(self, path: str) -> bool: ...
+
+    @abstractmethod
+    def listdir(self, path: str = "") -> list[str]:
+        """Names (not paths) in a directory, sorted; [] if it does not exist."""
+
+    @abstractmethod
+    def isdir(self, path: str) -> bool: ...
+
+    @abstractmethod
+    def makedirs(self, path: str) -> None: ...
+
+    @abstractmethod
+    def open_append(self, path: str) -> AppendFile:
+        """Open (creating if needed) a file for appending at its end."""
+
+    @abstractmethod
+    def write_atomic(self, path: str, data: bytes) -> None:
+        """Durably replace ``path`` with ``data``: readers see the old or the new bytes."""
+
+    @abstractmethod
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        """Create ``path`` with ``data`` unless it exists; True if this call created it."""
+
+    @abstractmethod
+    def rename(self, src: str, dst: str) -> None:
+        """Rename within the root (atomic on local disk; replaces ``dst``)."""
+
+    @abstractmethod
+    def delete(self, path: str) -> None:
+        """Delete a file; a missing file is not an error."""
+
+    @abstractmethod
+    def rmdir(self, path: str) -> None:
+        """Delete an empty directory."""
+
+    @abstractmethod
+    def truncate(self, path: str, size: int) -> None: ...
+
+    @abstractmethod
+    def fsync_dir(self, path: str = "") -> None:
+        """Make renames, creations and deletions in a directory durable."""
+
+    @abstractmethod
+    def lock(self, path: str) -> contextlib.AbstractContextManager[None]:
+        """An exclusive, non-blocking inter-process lock held for the context's duration."""
+
+    def describe(self) -> str:
+        return self.__class__.__name__
+
+    @staticmethod
+    def check_relative(path: str) -> str:
+        """Normalise a root-relative path, refusing anything that could leave the root."""
+        if not isinstance(path, str):
+            raise StorageError(f"path must be a string, got {type(path).__name__}")
+        if path in ("", "."):
+            return ""
+        if path.startswith("/") or "\\" in path or "\x00" in path:
+            raise StorageError(f"path {path!r} must be relative to the root, with '/' separators")
+        parts = [p for p in path.split("/") if p not in ("", ".")]
+        if any(p == ".." for p in parts):
+            raise StorageError(f"path {path!r} leaves the root ('..' is not allowed)")
+        return "/".join(parts)
+
+
+def join(*parts: str) -> str:
+    return "/".join(p.strip("/") for p in parts if p)
+
+
+class _LocalAppend(AppendFile):
+    def __init__(self, path: Path):
+        self._path = path
+        self._f: BinaryIO = open(path, "ab")  # noqa: SIM115 - lifetime managed by close()
+        self._size = self._f.seek(0, os.SEEK_END)
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        n = self._f.write(data)
+        self._size += n
+        return n
+
+    def size(self) -> int:
+        return self._size
+
+    def fsync(self) -> None:
+        self._f.flush()
+        os.fsync(self._f.fileno())
+
+    def truncate(self, size: int) -> None:
+        self._f.flush()
+        self._f.truncate(size)
+        self._f.seek(0, os.SEEK_END)
+        self._size = size
+
+    def close(self) -> None:
+        if not self._f.closed:
+            self._f.close()
+
+
+class LocalStorage(Storage):
+    """A directory on local disk."""
+
+    def __init__(self, root: str | os.PathLike[str], *, create: bool = True):
+        self.root = Path(root).resolve()
+        if create:
+            self.root.mkdir(parents=True, exist_ok=True)
+        elif not self.root.is_dir():
+            raise StorageError(f"{self.root}: no such directory")
+        self._locks: dict[str, int] = {}
+
+    def describe(self) -> str:
+        return str(self.root)
+
+    def resolve(self, path: str) -> Path:
+        rel = self.check_relative(path)
+        return self.root / rel if rel else self.root
+
+    def read(self, path: str, start: int = 0, end: int | None = None) -> bytes:
+        p = self.resolve(path)
+        try:
+            with open(p, "rb") as f:
+                if start:
+                    f.seek(start)
+                return f.read() if end is None else f.read(max(0, end - start))
+        except OSError as e:
+            raise StorageError(f"{p}: cannot read: {e.strerror}") from e
+
+    def size(self, path: str) -> int:
+        try:
+            return self.resolve(path).stat().st_size
+        except OSError as e:
+            raise StorageError(f"{self.resolve(path)}: {e.strerror}") from e
+
+    def exists(self, path: str) -> bool:
+        return self.resolve(path).exists()
+
+    def isdir(self, path: str) -> bool:
+        return self.resolve(path).is_dir()
+
+    def listdir(self, path: str = "") -> list[str]:
+        try:
+            return sorted(os.listdir(self.resolve(path)))
+        except FileNotFoundError:
+            return []
+
+    def makedirs(self, path: str) -> None:
+        self.resolve(path).mkdir(parents=True, exist_ok=True)
+
+    def open_append(self, path: str) -> AppendFile:
+        return _LocalAppend(self.resolve(path))
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        target = self.resolve(path)
+        tmp = target.with_name(target.name + ".tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+        self._fsync_path(target.parent)
+
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        target = self.resolve(path)
+        try:
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._fsync_path(target.parent)
+        return True
+
+    def rename(self, src: str, dst: str) -> None:
+        os.replace(self.resolve(src), self.resolve(dst))
+
+    def delete(self, path: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.resolve(path).unlink()
+
+    def rmdir(self, path: str) -> None:
+        self.resolve(path).rmdir()
+
+    def truncate(self, path: str, size: int) -> None:
+        with open(self.resolve(path), "r+b") as f:
+            f.truncate(size)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def fsync_dir(self, path: str = "") -> None:
+        self._fsync_path(self.resolve(path))
+
+    @staticmethod
+    def _fsync_path(directory: Path) -> None:
+        try:
+            fd = os.open(directory, os.O_RDONLY)
+        except OSError:  # pragma: no cover - platforms without directory fds
+            return
+        try:
+            os.fsync(fd)
+        except OSError as e:  # pragma: no cover
+            if e.errno not in (errno.EINVAL, errno.EBADF):
+                raise
+        finally:
+            os.close(fd)
+
+    @contextlib.contextmanager
+    def lock(self, path: str):  # type: ignore[no-untyped-def, override]
+        target = self.resolve(path)
+        fd = os.open(target, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if fcntl is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError as e:
+                    raise LogLockedError(
+                        f"{target}: another process holds the writer lock of this pylog root"
+                    ) from e
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+            yield
+        finally:
+            os.close(fd)  # closing releases the flock
+
+
+__all__ = ["AppendFile", "LocalStorage", "Storage", "StorageError", "join"]
