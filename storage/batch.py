@@ -177,17 +177,33 @@ def parse_headers(
     }
     v2 = magic >= 2
     raw = np.zeros((k, HEADER_SIZE), dtype=np.uint8)
+    raw[:, :12] = data[position[:, None] + _ARANGE61[:12]]  # offset and size: every magic
     if v2.any():
         raw[v2] = data[position[v2, None] + _ARANGE61]
-    else:  # legacy entries only carry offset and size in the shared prefix
-        raw[:, :12] = data[position[:, None] + _ARANGE61[:12]]
     for name, off, width in _FIELDS:
-        dt = {8: ">i8", 4: ">i4", 2: ">i2"}[width]
-        col = np.ascontiguousarray(raw[:, off : off + width]).view(dt).reshape(-1).astype(np.int64)
-        out[name] = col
+        out[name] = _be_column(raw, off, width)
     out["crc"] = out["crc"] & 0xFFFFFFFF
     del out["batch_length"]  # implied by size
+    legacy = ~v2
+    if legacy.any():
+        # a legacy entry's offset field is its last offset (the last inner offset of a wrapper);
+        # crc at 12, attributes at 17, and for magic 1 the timestamp at 18
+        lraw = np.zeros((int(legacy.sum()), 26), dtype=np.uint8)
+        lraw[:, :] = data[position[legacy, None] + np.minimum(_ARANGE61[:26], size[legacy, None] - 1)]
+        out["crc"][legacy] = _be_column(lraw, 12, 4) & 0xFFFFFFFF
+        out["attributes"][legacy] = lraw[:, 17]
+        ts = np.where(magic[legacy] == 1, _be_column(lraw, 18, 8), -1)
+        for name in ("base_timestamp", "max_timestamp"):
+            out[name][legacy] = ts
+        for name in ("partition_leader_epoch", "producer_id", "producer_epoch", "base_sequence"):
+            out[name][legacy] = -1
+        out["records_count"][legacy] = 1
     return BatchHeaders(**out)
+
+
+def _be_column(raw: np.ndarray, off: int, width: int) -> np.ndarray:
+    dt = {8: ">i8", 4: ">i4", 2: ">i2"}[width]
+    return np.ascontiguousarray(raw[:, off : off + width]).view(dt).reshape(-1).astype(np.int64)
 
 
 @dataclass
@@ -199,6 +215,7 @@ class Scan:
     magic: np.ndarray  # int64
     end: int  # position after the last complete entry
     torn_bytes: int  # bytes after ``end`` that do not form a complete entry
+    error: CorruptRecordError | None = None  # set instead of raised with ``raise_on_corrupt=False``
 
 
 def scan_entries(
@@ -209,6 +226,7 @@ def scan_entries(
     path: str | None = None,
     base_position: int = 0,
     allow_torn_tail: bool = True,
+    raise_on_corrupt: bool = True,
 ) -> Scan:
     """Find the complete log entries in ``data[start:end]`` without decoding them.
 
@@ -224,38 +242,43 @@ def scan_entries(
     status = np.zeros(4, dtype=np.int64)
     k = _kernels.active().scan_entries(data, start, end, pos, size, magic, status)
     pos, size, magic = pos[:k], size[:k], magic[:k]
-    stop = int(pos[-1] + size[-1]) if k else start
     code = int(status[0])
+    error: CorruptRecordError | None = None
     if code == E_ENTRY_SIZE:
         bad = int(status[2])
         m = int(data[bad + 16])
-        raise CorruptRecordError(
+        error = CorruptRecordError(
             f"log entry declares size {int(status[3])}, below the minimum "
             f"{49 if m >= 2 else (22 if m == 1 else 14)} for magic {m}",
             position=base_position + bad,
             path=path,
         )
-    if code == E_TORN_ENTRY and not allow_torn_tail:
+    elif code == E_TORN_ENTRY and not allow_torn_tail:
         bad = int(status[2])
-        raise CorruptRecordError(
-            f"truncated log entry: {end - bad} bytes remain"
-            + (
-                f", the entry declares {int(status[3])} + 12"
-                if end - bad >= 12
-                else ", fewer than the 17-byte entry prefix"
-            ),
+        declared = (
+            f", the entry declares {int.from_bytes(data[bad + 8 : bad + 12].tobytes(), 'big', signed=True)}"
+            " + 12 bytes"
+            if end - bad >= 12
+            else ", fewer than the 17-byte entry prefix"
+        )
+        error = CorruptRecordError(
+            f"truncated log entry: {end - bad} bytes remain{declared}",
             position=base_position + bad,
             path=path,
         )
     bad_magic = np.nonzero(magic > 2)[0]
     if bad_magic.size:
         i = int(bad_magic[0])
-        raise CorruptRecordError(
+        error = CorruptRecordError(
             f"unknown magic {int(magic[i])} (expected 0, 1 or 2)",
             position=base_position + int(pos[i]),
             path=path,
         )
-    return Scan(pos, size, magic, stop, end - stop)
+        pos, size, magic, k = pos[:i], size[:i], magic[:i], i
+    if error is not None and raise_on_corrupt:
+        raise error
+    stop = int(pos[-1] + size[-1]) if k else start
+    return Scan(pos, size, magic, stop, 0 if error else end - stop, error)
 
 
 def verify_crcs(data: np.ndarray, headers: BatchHeaders) -> np.ndarray:

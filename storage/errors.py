@@ -67,3 +67,7 @@ class CorruptCheckpointError(PylogError):
 
 class InvalidOffsetError(PylogError, ValueError):
     """An append whose offsets are not above the log end (or an index entry out of order)."""
+
+
+class RecordTooLargeError(PylogError, ValueError):
+    """A batch larger than ``max.message.bytes`` or ``segment.bytes``."""

@@ -134,7 +134,8 @@ def join(*parts: str) -> str:
 class _LocalAppend(AppendFile):
     def __init__(self, path: Path):
         self._path = path
-        self._f: BinaryIO = open(path, "ab")  # noqa: SIM115 - lifetime managed by close()
+        # unbuffered: every write reaches the page cache at once, visible to readers
+        self._f: BinaryIO = open(path, "ab", buffering=0)  # noqa: SIM115 - closed by close()
         self._size = self._f.seek(0, os.SEEK_END)
 
     def write(self, data: bytes | bytearray | memoryview) -> int:

@@ -1,0 +1,204 @@
+"""Opening a partition's directory: Kafka's ``LogLoader`` (kafka-format.md §7.5 and §9).
+
+1. ``*.deleted`` files are removed; ``*.swap`` files at or above the smallest ``*.cleaned``
+   base offset belong to an interrupted replacement and are removed with every ``*.cleaned``;
+   the remaining swaps are completed (the segments they replace are removed, the suffix is
+   dropped).
+2. Index files without a ``.log`` are removed; a segment whose offset index is missing or
+   fails its sanity check has its indexes rebuilt.
+3. After an unclean shutdown every segment from the one holding the recovery point on is
+   recovered: CRCs and offsets checked batch by batch, indexes rebuilt, the log truncated at
+   the first invalid byte, and every later segment deleted.  What was lost is reported.
+4. A log whose end is below the log start offset is emptied and restarted there.
+
+Read-only loading (a reader beside a live writer) changes nothing on disk: it skips steps that
+modify files and trusts what it finds, ignoring torn tails.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+
+from pylog.storage.config import LogConfig
+from pylog.storage.errors import CorruptIndexError, CorruptRecordError
+from pylog.storage.fs import Storage, join
+from pylog.storage.log import Log, now_ms
+from pylog.storage.segment import LogSegment
+
+log = logging.getLogger("pylog.storage")
+
+_SEGMENT_FILE = re.compile(
+    r"^(\d{20})\.(log|index|timeindex|txnindex|snapshot)((?:\.cleaned|\.swap|\.deleted)?)$"
+)
+
+
+@dataclass
+class Recovery:
+    """What loading found and did."""
+
+    directory: str
+    removed_files: list[str] = field(default_factory=list)
+    rebuilt_indexes: list[str] = field(default_factory=list)
+    completed_swaps: list[str] = field(default_factory=list)
+    recovered_segments: list[str] = field(default_factory=list)
+    truncated_file: str | None = None
+    truncated_bytes: int = 0
+    deleted_segments: list[str] = field(default_factory=list)
+    deleted_bytes: int = 0
+
+    @property
+    def lost_bytes(self) -> int:
+        return self.truncated_bytes + self.deleted_bytes
+
+    def summary(self) -> str:
+        if not self.lost_bytes:
+            return f"{self.directory}: recovered without loss"
+        return (
+            f"{self.directory}: truncated {self.truncated_bytes} invalid bytes at the end of "
+            f"{self.truncated_file} and deleted {len(self.deleted_segments)} later segments "
+            f"({self.deleted_bytes} bytes)"
+        )
+
+
+@dataclass
+class LoadResult:
+    log: Log
+    recovery: Recovery
+
+
+def _parse(name: str) -> tuple[int, str, str] | None:
+    m = _SEGMENT_FILE.match(name)
+    return (int(m.group(1)), m.group(2), m.group(3)) if m else None
+
+
+def load_log(
+    storage: Storage,
+    directory: str,
+    config: LogConfig,
+    *,
+    recovery_point: int = 0,
+    log_start_offset: int = 0,
+    had_clean_shutdown: bool = False,
+    read_only: bool = False,
+) -> LoadResult:
+    rec = Recovery(directory)
+    if not read_only:
+        storage.makedirs(directory)
+        _remove_temp_files_and_complete_swaps(storage, directory, config, rec)
+    names = storage.listdir(directory)
+    logs = sorted({p[0] for n in names if (p := _parse(n)) and p[1] == "log" and not p[2]})
+    if not read_only:
+        for n in names:
+            p = _parse(n)
+            if p and not p[2] and p[1] in ("index", "timeindex", "txnindex") and p[0] not in logs:
+                storage.delete(join(directory, n))
+                rec.removed_files.append(n)
+    segments = [LogSegment(storage, directory, base, config) for base in logs]
+    if not read_only:
+        for seg in segments:
+            _sanity_check_or_rebuild(seg, rec)
+        if not had_clean_shutdown and segments:
+            _recover_from(segments, recovery_point, storage, directory, rec)
+    if not segments:
+        segments = [LogSegment(storage, directory, log_start_offset, config, created_ms=now_ms())]
+        if not read_only:
+            segments[0].open_for_append()
+    leo = segments[-1].read_next_offset()
+    if leo < log_start_offset and not read_only:
+        for seg in segments:
+            seg.delete()
+            rec.deleted_segments.append(seg.log_path)
+        segments = [LogSegment(storage, directory, log_start_offset, config, created_ms=now_ms())]
+        segments[0].open_for_append()
+        leo = log_start_offset
+    start = max(log_start_offset, segments[0].base_offset)
+    rp = leo if had_clean_shutdown else min(recovery_point, leo)
+    if rec.lost_bytes:
+        log.warning(rec.summary())
+    result = Log(
+        storage, directory, config, segments, log_start_offset=start, recovery_point=rp, read_only=read_only
+    )
+    return LoadResult(result, rec)
+
+
+def _remove_temp_files_and_complete_swaps(
+    storage: Storage, directory: str, config: LogConfig, rec: Recovery
+) -> None:
+    names = storage.listdir(directory)
+    cleaned_bases = [p[0] for n in names if (p := _parse(n)) and p[2] == ".cleaned"]
+    min_cleaned = min(cleaned_bases) if cleaned_bases else None
+    swaps: list[int] = []
+    for n in names:
+        p = _parse(n)
+        if not p:
+            if n.endswith((".deleted", ".cleaned")):
+                storage.delete(join(directory, n))
+                rec.removed_files.append(n)
+            continue
+        base, kind, suffix = p
+        if suffix in (".deleted", ".cleaned") or (
+            suffix == ".swap" and min_cleaned is not None and base >= min_cleaned
+        ):
+            storage.delete(join(directory, n))
+            rec.removed_files.append(n)
+        elif suffix == ".swap" and kind == "log":
+            swaps.append(base)
+    if not swaps:
+        return
+    swap_segments = [LogSegment(storage, directory, b, config, suffix=".swap") for b in sorted(swaps)]
+    lo = swap_segments[0].base_offset
+    hi = max(s.read_next_offset() for s in swap_segments)
+    for n in storage.listdir(directory):
+        p = _parse(n)
+        if p and not p[2] and lo <= p[0] < hi:
+            storage.delete(join(directory, n))
+            rec.removed_files.append(n)
+    for seg in sorted(swap_segments, key=lambda s: -s.base_offset):
+        seg.change_suffix("")
+        rec.completed_swaps.append(seg.log_path)
+    storage.fsync_dir(directory)
+
+
+def _sanity_check_or_rebuild(seg: LogSegment, rec: Recovery) -> None:
+    try:
+        if not seg.storage.exists(seg.offset_index.path):
+            raise CorruptIndexError("offset index is missing", path=seg.offset_index.path)
+        seg.offset_index.sanity_check()
+        seg.time_index.sanity_check()
+        seg.txn_index.sanity_check()
+    except CorruptIndexError as e:
+        log.info("rebuilding indexes of %s: %s", seg.log_path, e)
+        truncated = seg.recover()
+        rec.rebuilt_indexes.append(seg.log_path)
+        if truncated:
+            rec.truncated_file = seg.log_path
+            rec.truncated_bytes += truncated
+
+
+def _recover_from(
+    segments: list[LogSegment], recovery_point: int, storage: Storage, directory: str, rec: Recovery
+) -> None:
+    bases = [s.base_offset for s in segments]
+    first = max((i for i, b in enumerate(bases) if b <= recovery_point), default=0)
+    i = first
+    while i < len(segments):
+        seg = segments[i]
+        try:
+            truncated = seg.recover()
+        except (CorruptRecordError, OSError) as e:  # pragma: no cover - recover() catches corruption
+            log.warning("recovery of %s failed (%s); emptying the segment", seg.log_path, e)
+            truncated = seg.truncate_to(seg.base_offset)
+        rec.recovered_segments.append(seg.log_path)
+        if truncated:
+            rec.truncated_file = seg.log_path
+            rec.truncated_bytes += truncated
+            for later in segments[i + 1 :]:
+                rec.deleted_segments.append(later.log_path)
+                rec.deleted_bytes += later.size
+                later.delete()
+            del segments[i + 1 :]
+            break
+        i += 1
+    storage.fsync_dir(directory)

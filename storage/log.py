@@ -1,0 +1,423 @@
+"""One topic-partition's log: a list of segments, the newest one active.
+
+Kafka's ``UnifiedLog``/``LocalLog``: appends assign offsets from the log end offset (LEO) and
+roll to a new segment on ``segment.bytes``, ``segment.ms`` (by record time, with jitter),
+a full index, or a relative-offset overflow; reads find the floor segment with a binary search
+over segment base offsets, then the index, then scan forward; timestamp lookups go through
+the time indexes.  Recovery and loading live in :mod:`loader`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from pylog.storage import batch as B
+from pylog.storage import compression, records
+from pylog.storage.config import LogConfig
+from pylog.storage.errors import InvalidOffsetError, OffsetOutOfRangeError, RecordTooLargeError
+from pylog.storage.fs import Storage
+from pylog.storage.segment import INT32_MAX, LogSegment
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+DEFAULT_FETCH_BYTES = 8 << 20
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class AppendInfo:
+    """What an append wrote."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    num_records: int
+    num_batches: int
+    num_bytes: int
+
+
+@dataclass(frozen=True)
+class TimestampOffset:
+    offset: int
+    timestamp: int
+
+
+class Log:
+    """A partition's log in ``directory`` (``<topic>-<partition>``) of ``storage``.
+
+    Construct with :func:`pylog.storage.loader.load_log` (which recovers the files), or
+    :meth:`Log.open`."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        directory: str,
+        config: LogConfig,
+        segments: list[LogSegment],
+        *,
+        log_start_offset: int,
+        recovery_point: int,
+        read_only: bool = False,
+    ):
+        self.storage = storage
+        self.directory = directory
+        self.config = config
+        self.segments = segments
+        self._bases = np.array([s.base_offset for s in segments], dtype=np.int64)
+        self.log_start_offset = log_start_offset
+        self.recovery_point = recovery_point
+        self.read_only = read_only
+        self._unflushed_messages = 0
+        self._last_flush_ms = now_ms()
+        self._failed: BaseException | None = None
+
+    @classmethod
+    def open(cls, storage: Storage, directory: str, config: LogConfig | None = None, **kwargs: Any) -> Log:
+        from pylog.storage.loader import load_log
+
+        return load_log(storage, directory, config or LogConfig(), **kwargs).log
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def active(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.active.read_next_offset()
+
+    @property
+    def size(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    def _floor_index(self, offset: int) -> int:
+        return max(0, int(np.searchsorted(self._bases, offset, side="right")) - 1)
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise InvalidOffsetError(f"{self.directory}: log was opened read-only")
+        if self._failed is not None:
+            raise InvalidOffsetError(
+                f"{self.directory}: an earlier write failed ({self._failed}); reopen the log"
+            ) from self._failed
+
+    # ------------------------------------------------------------------ append
+
+    def append(
+        self,
+        value: Any,
+        key: Any = None,
+        timestamp: Any = None,
+        headers: Any = None,
+        *,
+        codec: int | str | None = None,
+        now: int | None = None,
+        **encode_kwargs: Any,
+    ) -> AppendInfo:
+        """Append records (Arrow arrays or sequences), assigning offsets from the LEO."""
+        self._check_writable()
+        now = now_ms() if now is None else now
+        if codec is None:
+            ct = self.config.compression_type
+            codec = "none" if ct in ("producer", "uncompressed") else ct
+        ts_type = 1 if self.config.message_timestamp_type == "LogAppendTime" else 0
+        if ts_type == 1:
+            timestamp = now
+        if self.config.compact and key is not None:
+            k = records._to_arrow(key, "key")
+            if k.null_count:
+                raise InvalidOffsetError(
+                    f"{self.directory}: compacted topic (cleanup.policy=compact) requires a key on every "
+                    f"record; {k.null_count} records have a null key"
+                )
+        elif self.config.compact:
+            raise InvalidOffsetError(f"{self.directory}: compacted topic requires keys on every record")
+        enc = records.encode(
+            value,
+            key,
+            timestamp,
+            headers,
+            base_offset=self.log_end_offset,
+            codec=codec,
+            batch_bytes=min(records.DEFAULT_BATCH_BYTES, self.config.max_message_bytes - 12),
+            timestamp_type=ts_type,
+            **encode_kwargs,
+        )
+        return self._append(enc.buffer, enc.batches, now)
+
+    def append_batches(
+        self, data: bytes | memoryview | np.ndarray, *, assign_offsets: bool = True, now: int | None = None
+    ) -> AppendInfo:
+        """Append encoded batches.  With ``assign_offsets`` their base offsets are rewritten to
+        follow the LEO (as a partition leader does); otherwise they must already be above it
+        and increasing (copying, replication, compaction output)."""
+        self._check_writable()
+        buf = np.array(B.as_uint8(data), copy=True)
+        scan = B.scan_entries(buf, allow_torn_tail=False)
+        h = B.parse_headers(buf, scan.position, scan.size, scan.magic)
+        if (h.magic < 2).any():
+            raise InvalidOffsetError("only RecordBatch v2 (magic 2) can be appended")
+        bad = np.nonzero(~B.verify_crcs(buf, h))[0]
+        if bad.size:
+            raise InvalidOffsetError(f"batch at byte {int(h.position[bad[0]])} fails its CRC")
+        if assign_offsets:
+            leo = self.log_end_offset
+            deltas = np.concatenate([[0], np.cumsum(h.last_offset_delta[:-1] + 1)])
+            new_base = leo + deltas
+            buf[h.position[:, None] + np.arange(8)] = new_base.astype(">i8").view(np.uint8).reshape(-1, 8)
+            h.base_offset = new_base
+        else:
+            prev = np.concatenate([[self.log_end_offset - 1], h.last_offset[:-1]])
+            if (h.base_offset <= prev).any():
+                i = int(np.argmax(h.base_offset <= prev))
+                raise InvalidOffsetError(
+                    f"{self.directory}: batch base offset {int(h.base_offset[i])} is not above "
+                    f"{int(prev[i])} (log end offset {self.log_end_offset})"
+                )
+        return self._append(buf, h, now_ms() if now is None else now)
+
+    def _append(self, data: np.ndarray, h: B.BatchHeaders, now: int) -> AppendInfo:
+        n = len(h)
+        if n == 0:
+            leo = self.log_end_offset
+            return AppendInfo(leo, leo - 1, -1, 0, 0, 0)
+        too_big = np.nonzero(h.size > self.config.max_message_bytes)[0]
+        if too_big.size:
+            raise RecordTooLargeError(
+                f"{self.directory}: a batch of {int(h.size[too_big[0]])} bytes exceeds max.message.bytes="
+                f"{self.config.max_message_bytes}"
+            )
+        if (h.size > self.config.segment_bytes).any():
+            raise RecordTooLargeError(
+                f"{self.directory}: a batch is larger than segment.bytes={self.config.segment_bytes}"
+            )
+        i = 0
+        try:
+            while i < n:
+                seg = self._maybe_roll(
+                    int(h.size[i]), int(h.max_timestamp[i]), int(h.base_offset[i]), int(h.last_offset[i]), now
+                )
+                room = self.config.segment_bytes - seg.size
+                ends = np.cumsum(h.size[i:])
+                fits = (ends <= room) & (h.last_offset[i:] - seg.base_offset <= INT32_MAX)
+                j = i + max(1, int(np.argmin(fits)) if not fits.all() else n - i)
+                # keep room in the indexes: at most one entry per batch
+                j = min(j, i + max(1, seg.offset_index.max_entries - len(seg.offset_index) - 1))
+                part = h.take(slice(i, j))
+                lo, hi = int(h.position[i]), int(h.position[j - 1] + h.size[j - 1])
+                seg.append(data[lo:hi], part)
+                i = j
+        except OSError as e:
+            self._failed = e
+            raise
+        count = int(h.records_count.sum())
+        self._unflushed_messages += count
+        if (
+            self._unflushed_messages >= self.config.flush_messages
+            or now - self._last_flush_ms >= self.config.flush_ms
+        ):
+            self.flush(now=now)
+        return AppendInfo(
+            int(h.base_offset[0]),
+            int(h.last_offset[-1]),
+            int(h.max_timestamp.max()),
+            count,
+            n,
+            int(h.size.sum()),
+        )
+
+    def _maybe_roll(
+        self, batch_size: int, max_ts: int, first_offset: int, last_offset: int, now: int
+    ) -> LogSegment:
+        seg = self.active
+        cfg = self.config
+        reached_ms = False
+        if seg.size > 0:
+            base_ts = seg.rolling_based_timestamp
+            if base_ts is None:
+                first = next(seg.iter_batches(0, chunk=1 << 16), None)
+                base_ts = int(first.headers.max_timestamp[0]) if first is not None else -1
+                seg.rolling_based_timestamp = base_ts
+            waited = max_ts - base_ts if base_ts >= 0 else now - seg.created_ms
+            reached_ms = waited > cfg.max_segment_ms - _jitter(seg.base_offset, cfg)
+        if (
+            seg.size > cfg.segment_bytes - batch_size
+            or reached_ms
+            or seg.indexes_full()
+            or not seg.can_convert_to_relative_offset(last_offset)
+        ):
+            return self.roll(max(first_offset, self.log_end_offset), now=now)
+        return seg
+
+    def roll(self, base_offset: int | None = None, *, now: int | None = None) -> LogSegment:
+        """Start a new active segment at ``base_offset`` (default: the LEO)."""
+        self._check_writable()
+        leo = self.log_end_offset
+        base = leo if base_offset is None else max(base_offset, leo)
+        old = self.active
+        if old.size == 0 and old.base_offset == base:
+            return old
+        if old.size == 0:  # an empty active segment is replaced, as Kafka does
+            old.delete()
+            self.segments.pop()
+        else:
+            old.on_become_inactive()
+        seg = LogSegment(
+            self.storage, self.directory, base, self.config, created_ms=now_ms() if now is None else now
+        )
+        seg.open_for_append()
+        self.segments.append(seg)
+        self._bases = np.array([s.base_offset for s in self.segments], dtype=np.int64)
+        self.recovery_point = max(self.recovery_point, old.read_next_offset() if old.size else 0)
+        self.storage.fsync_dir(self.directory)
+        return seg
+
+    def flush(self, *, now: int | None = None) -> None:
+        """fsync every segment from the recovery point on; the recovery point becomes the LEO."""
+        start = self._floor_index(self.recovery_point)
+        for seg in self.segments[start:]:
+            seg.flush()
+        self.recovery_point = self.log_end_offset
+        self._unflushed_messages = 0
+        self._last_flush_ms = now_ms() if now is None else now
+
+    # ------------------------------------------------------------------ reading
+
+    def _check_range(self, offset: int) -> None:
+        leo = self.log_end_offset
+        if offset < self.log_start_offset or offset > leo:
+            raise OffsetOutOfRangeError(
+                f"{self.directory}: offset {offset} is out of range [{self.log_start_offset}, {leo}]"
+            )
+
+    def read(
+        self, offset: int, max_bytes: int = DEFAULT_FETCH_BYTES, *, max_offset: int | None = None
+    ) -> tuple[int, bytes]:
+        """Whole batches from the one holding ``offset`` (the first at or after it, across
+        gaps): (position in its segment, bytes).  Empty at the LEO."""
+        self._check_range(offset)
+        for seg in self.segments[self._floor_index(offset) :]:
+            if max_offset is not None and seg.base_offset >= max_offset:
+                break
+            got = seg.read(offset, max_bytes)
+            if got is not None:
+                return got
+        return 0, b""
+
+    def iter_record_sets(
+        self, start: int | None = None, end: int | None = None, *, max_bytes: int = DEFAULT_FETCH_BYTES
+    ) -> Iterator[records.RecordSet]:
+        """Decoded record sets covering offsets [start, end) (records outside are trimmed
+        by the caller; use :meth:`read_table` for exact bounds)."""
+        offset = self.log_start_offset if start is None else start
+        end = self.log_end_offset if end is None else min(end, self.log_end_offset)
+        self._check_range(offset)
+        while offset < end:
+            seg_i = self._floor_index(offset)
+            got = None
+            for seg in self.segments[seg_i:]:
+                got = seg.read(offset, max_bytes)
+                if got is not None:
+                    pos, data = got
+                    break
+            if got is None or not data:
+                return
+            rs = records.decode(data, path=seg.log_path, base_position=pos)
+            if len(rs.batches) == 0:
+                return
+            yield rs
+            offset = int(rs.batches.last_offset[-1]) + 1
+
+    def read_table(
+        self, start: int | None = None, end: int | None = None, *, include_control: bool = False
+    ) -> pa.Table:
+        """Records with offsets in [start, end) as an Arrow table (records.RECORD_SCHEMA)."""
+        lo = self.log_start_offset if start is None else start
+        hi = self.log_end_offset if end is None else end
+        parts = []
+        for rs in self.iter_record_sets(lo, hi):
+            t = rs.records if include_control else rs.data_records()
+            off = t.column("offset").to_numpy()
+            keep = (off >= lo) & (off < hi)
+            parts.append(t if keep.all() else t.filter(pa.array(keep)))
+        return pa.concat_tables(parts) if parts else records.RECORD_SCHEMA.empty_table()
+
+    def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
+        """Kafka's ListOffsets semantics: the earliest offset whose record timestamp is >=
+        ``timestamp``; EARLIEST_TIMESTAMP / LATEST_TIMESTAMP / MAX_TIMESTAMP special targets."""
+        if timestamp == EARLIEST_TIMESTAMP:
+            return TimestampOffset(self.log_start_offset, -1)
+        if timestamp == LATEST_TIMESTAMP:
+            return TimestampOffset(self.log_end_offset, -1)
+        if timestamp == MAX_TIMESTAMP:
+            return self._max_timestamp_offset()
+        largest = np.array([s.largest_timestamp for s in self.segments], dtype=np.int64)
+        for i in np.nonzero(largest >= timestamp)[0].tolist():
+            found = self.segments[i].find_offset_by_timestamp(timestamp, self.log_start_offset)
+            if found is not None:
+                return TimestampOffset(found[0], found[1])
+        return None
+
+    def _max_timestamp_offset(self) -> TimestampOffset | None:
+        largest = np.array([s.largest_timestamp for s in self.segments], dtype=np.int64)
+        if largest.size == 0 or largest.max() < 0:
+            return None
+        seg = self.segments[int(np.argmax(largest))]
+        return TimestampOffset(seg.offset_of_max_timestamp, seg.largest_timestamp)
+
+    # ------------------------------------------------------------------ truncation
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every record at or above ``offset`` (whole batches); returns bytes removed."""
+        self._check_writable()
+        if offset >= self.log_end_offset:
+            return 0
+        removed = 0
+        while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
+            seg = self.segments.pop()
+            removed += seg.size
+            seg.delete()
+        seg = self.active
+        removed += seg.truncate_to(offset)
+        if seg.base_offset >= offset and seg.size == 0 and seg.base_offset != offset:
+            seg.delete()
+            self.segments[-1] = LogSegment(
+                self.storage, self.directory, offset, self.config, created_ms=now_ms()
+            )
+        self._bases = np.array([s.base_offset for s in self.segments], dtype=np.int64)
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
+        return removed
+
+    def close(self) -> None:
+        if not self.read_only and self._failed is None:
+            self.flush()
+            self.active.time_index.maybe_append(
+                self.active.max_timestamp_so_far, self.active.offset_of_max_timestamp, skip_full_check=True
+            )
+        for seg in self.segments:
+            seg.close_files()
+
+
+def _jitter(base_offset: int, config: LogConfig) -> int:
+    """Kafka's per-segment roll jitter: random in [0, min(segment.jitter.ms, segment.ms)),
+    here derived from the base offset so that it is stable across reopens."""
+    bound = min(config.segment_jitter_ms, config.segment_ms)
+    if bound <= 0:
+        return 0
+    return int((base_offset * 0x9E3779B97F4A7C15) % (2**61 - 1)) % bound
+
+
+def codec_name(codec: int) -> str:
+    return compression.CODEC_NAMES.get(codec, str(codec))

@@ -1,0 +1,393 @@
+"""A pylog root: a Kafka log directory holding topics (Kafka's ``LogManager``).
+
+    <root>/
+      .lock                                writer lock (one writer process at a time)
+      .kafka_cleanshutdown                 present only after a clean close
+      recovery-point-offset-checkpoint     log-start-offset-checkpoint   cleaner-offset-checkpoint
+      pylog-topics.json                    pylog's topic metadata (partition count, configs)
+      <topic>-<partition>/                 one Kafka partition directory each
+
+Topic metadata lives in a *file*, which Kafka never mistakes for a partition (it only loads
+directories).  A Kafka log directory without ``pylog-topics.json`` (copied from a broker)
+opens with its topics and partitions inferred from the directory names.
+
+Any number of readers may open a root; the first mutating call (create_topic, append, ...)
+takes the writer lock, consumes the clean-shutdown marker and recovers the logs as Kafka does
+at broker start.  ``close()`` flushes, writes the checkpoints and the clean-shutdown marker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from pylog.storage import checkpoint as ckpt
+from pylog.storage import records
+from pylog.storage.config import LogConfig, validate_topic_name
+from pylog.storage.errors import ConfigError, PylogError
+from pylog.storage.fs import LocalStorage, Storage
+from pylog.storage.loader import Recovery, load_log
+from pylog.storage.log import AppendInfo, Log
+from pylog.storage.partitioner import partition_for_keys
+
+log = logging.getLogger("pylog.storage")
+
+TOPICS_FILE = "pylog-topics.json"
+CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
+LOCK_FILE = ".lock"
+_PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+
+TIMESTAMP_TYPE = pa.timestamp("ms", tz="UTC")
+TABLE_SCHEMA = pa.schema(
+    [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("topic", pa.string(), nullable=False),
+        pa.field("partition", pa.int32(), nullable=False),
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("timestamp", TIMESTAMP_TYPE, nullable=False),
+        pa.field("timestampType", pa.int32(), nullable=False),
+        pa.field("headers", records.RECORD_SCHEMA.field("headers").type),
+    ]
+)
+"""Columns of :meth:`Root.read_table`: those of Spark's Kafka source, in its order."""
+
+
+def partition_dir(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+class Root:
+    """Topics under one directory.  Use :func:`pylog.open`."""
+
+    def __init__(self, storage: Storage, *, read_only: bool = False):
+        self.storage = storage
+        self.read_only = read_only
+        self._logs: dict[tuple[str, int], Log] = {}
+        self._writer: contextlib.ExitStack | None = None
+        self._had_clean_shutdown = False
+        self._recovery_points: dict[tuple[str, int], int] = {}
+        self._start_offsets: dict[tuple[str, int], int] = {}
+        self.recoveries: list[Recovery] = []
+        self._meta = self._read_meta()
+        self._round_robin = 0
+
+    # ------------------------------------------------------------------ metadata
+
+    def _read_meta(self) -> dict[str, dict[str, Any]]:
+        if self.storage.exists(TOPICS_FILE):
+            path = f"{self.storage.describe()}/{TOPICS_FILE}"
+            try:
+                doc = json.loads(self.storage.read(TOPICS_FILE))
+                topics = doc["topics"]
+                if doc.get("version") != 1 or not isinstance(topics, dict):
+                    raise ValueError(f"unsupported version {doc.get('version')!r}")
+                return {str(k): dict(v) for k, v in topics.items()}
+            except (ValueError, KeyError, TypeError) as e:
+                raise PylogError(f"{path}: not a pylog topic metadata file: {e}") from e
+        inferred: dict[str, int] = {}
+        for name in self.storage.listdir(""):
+            m = _PARTITION_DIR.match(name)
+            if m and self.storage.isdir(name):
+                inferred[m.group(1)] = max(inferred.get(m.group(1), 0), int(m.group(2)) + 1)
+        return {t: {"partitions": n, "config": {}} for t, n in inferred.items()}
+
+    def _write_meta(self) -> None:
+        doc = {"version": 1, "topics": self._meta}
+        self.storage.write_atomic(TOPICS_FILE, json.dumps(doc, indent=1, sort_keys=True).encode())
+
+    def topics(self) -> list[str]:
+        return sorted(self._meta)
+
+    def partitions(self, topic: str) -> int:
+        return int(self._topic(topic)["partitions"])
+
+    def config(self, topic: str) -> LogConfig:
+        return LogConfig.from_dict(self._topic(topic).get("config") or {})
+
+    def _topic(self, topic: str) -> dict[str, Any]:
+        try:
+            return self._meta[topic]
+        except KeyError:
+            raise PylogError(
+                f"unknown topic {topic!r} in {self.storage.describe()}; "
+                f"topics: {', '.join(self.topics()) or 'none'}"
+            ) from None
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        config: Mapping[str, Any] | None = None,
+        *,
+        exist_ok: bool = False,
+    ) -> None:
+        """Create a topic with ``partitions`` partitions and Kafka topic configs."""
+        validate_topic_name(name)
+        if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
+            raise ConfigError(f"partitions must be a positive integer, got {partitions!r}")
+        cfg = LogConfig.from_dict(config or {})
+        self._ensure_writer()
+        if name in self._meta:
+            if exist_ok:
+                return
+            raise PylogError(f"topic {name!r} already exists in {self.storage.describe()}")
+        for p in range(partitions):
+            self.storage.makedirs(partition_dir(name, p))
+        self._meta[name] = {"partitions": partitions, "config": _explicit(cfg)}
+        self._write_meta()
+
+    def alter_config(self, topic: str, config: Mapping[str, Any]) -> None:
+        """Merge Kafka topic configs into ``topic``'s configuration."""
+        self._ensure_writer()
+        merged = dict(self._topic(topic).get("config") or {})
+        merged.update({k: str(v) for k, v in config.items()})
+        cfg = LogConfig.from_dict(merged)
+        self._topic(topic)["config"] = _explicit(cfg)
+        self._write_meta()
+        for (t, _), lg in self._logs.items():
+            if t == topic:
+                lg.config = cfg
+
+    # ------------------------------------------------------------------ logs
+
+    def _ensure_writer(self) -> None:
+        if self._writer is not None:
+            return
+        if self.read_only:
+            raise PylogError(f"{self.storage.describe()} was opened read-only")
+        stack = contextlib.ExitStack()
+        stack.enter_context(self.storage.lock(LOCK_FILE))
+        self._had_clean_shutdown = self.storage.exists(CLEAN_SHUTDOWN)
+        self.storage.delete(CLEAN_SHUTDOWN)  # a crash from here on is an unclean shutdown
+        self.storage.fsync_dir("")
+        self._recovery_points = ckpt.read_offsets(self.storage, ckpt.RECOVERY_POINT)
+        self._start_offsets = ckpt.read_offsets(self.storage, ckpt.LOG_START_OFFSET)
+        for lg in self._logs.values():  # logs opened by a reader are reopened as the writer
+            lg.close()
+        self._logs.clear()
+        self._writer = stack
+
+    def log(self, topic: str, partition: int) -> Log:
+        """The log of one partition (recovered first when this root is the writer)."""
+        n = self.partitions(topic)
+        if not isinstance(partition, int | np.integer) or not 0 <= partition < n:
+            raise ConfigError(f"partition {partition!r} is out of range for topic {topic!r} (0..{n - 1})")
+        key = (topic, int(partition))
+        lg = self._logs.get(key)
+        if lg is None:
+            writer = self._writer is not None
+            result = load_log(
+                self.storage,
+                partition_dir(topic, int(partition)),
+                self.config(topic),
+                recovery_point=self._recovery_points.get(key, 0),
+                log_start_offset=self._start_offsets.get(key, 0),
+                had_clean_shutdown=self._had_clean_shutdown or not writer,
+                read_only=not writer,
+            )
+            if writer:
+                self.recoveries.append(result.recovery)
+            lg = self._logs[key] = result.log
+        return lg
+
+    def writable_log(self, topic: str, partition: int) -> Log:
+        self._ensure_writer()
+        return self.log(topic, partition)
+
+    # ------------------------------------------------------------------ data
+
+    def append(
+        self,
+        topic: str,
+        data: pa.Table | Any,
+        *,
+        key: Any = None,
+        timestamp: Any = None,
+        headers: Any = None,
+        partition: int | None = None,
+        codec: str | int | None = None,
+    ) -> dict[int, AppendInfo]:
+        """Append records to ``topic``; returns what was written per partition.
+
+        ``data`` is a ``pyarrow.Table`` with a ``value`` column (and optionally ``key``,
+        ``timestamp``, ``headers``, ``partition``) or the values themselves.  Records go to
+        ``partition`` if given, else to their ``partition`` column, else to Kafka's murmur2
+        partition of their key; records without a key share one partition chosen round robin.
+        """
+        self._ensure_writer()
+        if isinstance(data, pa.RecordBatch):
+            data = pa.Table.from_batches([data])
+        if isinstance(data, pa.Table):
+            cols = set(data.column_names)
+            if "value" not in cols:
+                raise ConfigError(f"the table needs a 'value' column; it has {sorted(cols)}")
+            value = data.column("value")
+            key = data.column("key") if "key" in cols else key
+            timestamp = data.column("timestamp") if "timestamp" in cols else timestamp
+            headers = data.column("headers") if "headers" in cols else headers
+            if partition is None and "partition" in cols:
+                pcol = data.column("partition").to_numpy(zero_copy_only=False)
+                parts: np.ndarray | None = np.asarray(pcol, dtype=np.int64)
+            else:
+                parts = None
+        else:
+            value, parts = data, None
+        values = records._to_arrow(value, "value")
+        n_rows = len(values)
+        num = self.partitions(topic)
+        if partition is not None:
+            parts = np.full(n_rows, partition, dtype=np.int64)
+        elif parts is None:
+            parts = (
+                np.full(n_rows, -1, np.int64)
+                if key is None
+                else partition_for_keys(records._to_arrow(key, "key"), num).astype(np.int64)
+            )
+            nulls = parts < 0
+            if nulls.any():
+                parts[nulls] = self._round_robin % num
+                self._round_robin += 1
+        bad = (parts < 0) | (parts >= num)
+        if bad.any():
+            raise ConfigError(
+                f"partition {int(parts[np.argmax(bad)])} is out of range for topic {topic!r} (0..{num - 1})"
+            )
+        order = np.argsort(parts, kind="stable")
+        sorted_parts = parts[order]
+        bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
+        out: dict[int, AppendInfo] = {}
+        take = pa.array(order)
+        columns: dict[str, Any] = {"value": values, "key": key, "timestamp": timestamp, "headers": headers}
+        arrays = {k: _take(v, take, n_rows) for k, v in columns.items()}
+        for lo, hi in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [n_rows]]), strict=True):
+            if hi <= lo:
+                continue
+            p = int(sorted_parts[lo])
+            sl = {k: (None if v is None else v[int(lo) : int(hi)]) for k, v in arrays.items()}
+            out[p] = self.writable_log(topic, p).append(
+                sl["value"], sl["key"], sl["timestamp"], sl["headers"], codec=codec
+            )
+        return out
+
+    def read_table(
+        self,
+        topic: str,
+        partitions: Sequence[int] | None = None,
+        *,
+        start_offset: int | None = None,
+        end_offset: int | None = None,
+        include_headers: bool = True,
+    ) -> pa.Table:
+        """Records of ``topic`` as a table with Spark's Kafka source columns."""
+        parts = range(self.partitions(topic)) if partitions is None else partitions
+        tables = []
+        for p in parts:
+            lg = self.log(topic, int(p))
+            start = lg.log_start_offset if start_offset is None else max(start_offset, lg.log_start_offset)
+            t = lg.read_table(start, end_offset)
+            n = t.num_rows
+            tables.append(
+                pa.Table.from_arrays(
+                    [
+                        t.column("key"),
+                        t.column("value"),
+                        pa.array(np.full(n, topic, dtype=object), pa.string()),
+                        pa.array(np.full(n, int(p), dtype=np.int32)),
+                        t.column("offset"),
+                        t.column("timestamp").cast(pa.timestamp("ms")).cast(TIMESTAMP_TYPE),
+                        t.column("timestampType"),
+                        t.column("headers"),
+                    ],
+                    schema=TABLE_SCHEMA,
+                )
+            )
+        table = pa.concat_tables(tables) if tables else TABLE_SCHEMA.empty_table()
+        return table if include_headers else table.drop_columns(["headers"])
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def flush(self) -> None:
+        for lg in self._logs.values():
+            if not lg.read_only:
+                lg.flush()
+        self.checkpoint()
+
+    def checkpoint(self) -> None:
+        """Write the recovery-point and log-start-offset checkpoints (writer only)."""
+        if self._writer is None:
+            return
+        rp = dict(self._recovery_points)
+        lso = dict(self._start_offsets)
+        for key, lg in self._logs.items():
+            rp[key] = lg.recovery_point
+            if lg.log_start_offset > lg.segments[0].base_offset:
+                lso[key] = lg.log_start_offset
+            else:
+                lso.pop(key, None)
+        ckpt.write_offsets(self.storage, ckpt.RECOVERY_POINT, rp)
+        ckpt.write_offsets(self.storage, ckpt.LOG_START_OFFSET, lso)
+
+    def close(self) -> None:
+        """Flush, write checkpoints and (as the writer) the clean-shutdown marker."""
+        if self._writer is not None:
+            for lg in self._logs.values():
+                lg.close()
+            self.checkpoint()
+            self.storage.write_atomic(CLEAN_SHUTDOWN, b'{"version":0,"brokerEpoch":-1}')
+            self._writer.close()
+            self._writer = None
+        else:
+            for lg in self._logs.values():
+                lg.close()
+        self._logs.clear()
+
+    def __enter__(self) -> Root:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"pylog.Root({self.storage.describe()!r}, topics={self.topics()})"
+
+
+def _explicit(cfg: LogConfig) -> dict[str, str]:
+    """The topic configs that differ from Kafka's defaults, by their topic names."""
+    defaults = LogConfig().to_dict()
+    return {k: v for k, v in cfg.to_dict().items() if defaults.get(k) != v}
+
+
+def _take(col: Any, indices: pa.Array, n: int) -> Any:
+    if col is None:
+        return None
+    if isinstance(col, int | np.integer):
+        return col
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    if isinstance(col, pa.Array):
+        return col.take(indices)
+    arr = np.asarray(col) if not isinstance(col, list) else None
+    if arr is not None and arr.dtype != object and arr.shape == (n,):
+        return arr[indices.to_numpy()]
+    return [col[i] for i in indices.to_pylist()]
+
+
+def open_root(
+    path: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None, *, read_only: bool = False
+) -> Root:
+    """Open (creating if needed) a pylog root at a local path."""
+    text = os.fspath(path)
+    if "://" in text and not text.startswith("file://"):
+        raise PylogError(f"{text}: object-store roots are not supported yet (local paths and file:// only)")
+    if text.startswith("file://"):
+        text = text[len("file://") :]
+    return Root(LocalStorage(text, create=not read_only), read_only=read_only)

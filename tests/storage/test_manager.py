@@ -1,0 +1,153 @@
+"""A pylog root: pylog.open, topics, append/read_table, clean shutdown, lock, Kafka dirs."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import pylog
+from pylog.storage import checkpoint as ckpt
+from pylog.storage.errors import ConfigError, LogLockedError, PylogError
+from pylog.storage.manager import CLEAN_SHUTDOWN, TABLE_SCHEMA, TOPICS_FILE
+from pylog.storage.partitioner import partition_for_keys
+from tests.kafka_fixtures import b64, expected_records, manifest_logs, require_fixtures
+
+
+def test_create_append_read_and_reopen(tmp_path: Path) -> None:
+    with pylog.open(tmp_path) as root:
+        root.create_topic("events", partitions=3, config={"segment.bytes": "4096", "retention.ms": 1000})
+        keys = pa.array([b"user-%d" % (i % 17) for i in range(300)])
+        table = pa.table(
+            {
+                "key": keys,
+                "value": pa.array([b"v%d" % i for i in range(300)]),
+                "timestamp": pa.array(np.arange(300) + 1_700_000_000_000, pa.timestamp("ms")),
+            }
+        )
+        written = root.append("events", table)
+        assert sum(w.num_records for w in written.values()) == 300
+        t = root.read_table("events")
+        assert t.schema == TABLE_SCHEMA
+        assert t.num_rows == 300
+    assert (tmp_path / CLEAN_SHUTDOWN).exists() and (tmp_path / TOPICS_FILE).exists()
+    assert ckpt.read_offsets(root.storage, ckpt.RECOVERY_POINT)[("events", 0)] > 0
+    with pylog.open(tmp_path) as again:
+        assert again.topics() == ["events"] and again.partitions("events") == 3
+        assert again.config("events").segment_bytes == 4096
+        t = again.read_table("events")
+        # every key is in Kafka's murmur2 partition, offsets dense per partition
+        want = partition_for_keys(t.column("key"), 3)
+        assert t.column("partition").to_numpy().tolist() == want.tolist()
+        for p in range(3):
+            offs = t.filter(pa.compute.equal(t.column("partition"), p)).column("offset").to_pylist()
+            assert offs == list(range(len(offs)))
+        assert sorted(t.column("value").to_pylist()) == sorted(b"v%d" % i for i in range(300))
+        again.append("events", pa.table({"value": [b"late"]}), partition=1)
+        assert again.read_table("events", [1]).column("value").to_pylist()[-1] == b"late"
+
+
+def test_null_keys_share_a_partition_and_explicit_partitions(tmp_path: Path) -> None:
+    root = pylog.open(tmp_path)
+    root.create_topic("t", partitions=4)
+    out = root.append("t", [b"a", b"b", b"c"])
+    assert len(out) == 1 and next(iter(out.values())).num_records == 3
+    root.append("t", pa.table({"value": [b"x", b"y"], "partition": pa.array([3, 0], pa.int32())}))
+    t = root.read_table("t")
+    assert t.filter(pa.compute.equal(t.column("value"), b"x")).column("partition").to_pylist() == [3]
+    with pytest.raises(ConfigError, match="out of range"):
+        root.append("t", [b"z"], partition=9)
+    root.close()
+
+
+def test_bad_names_and_unknown_topics(tmp_path: Path) -> None:
+    root = pylog.open(tmp_path)
+    for bad in ["", ".", "..", "../escape", "a/b", "x" * 250, "spaces here"]:
+        with pytest.raises(ConfigError):
+            root.create_topic(bad)
+    with pytest.raises(ConfigError, match="unknown"):
+        root.create_topic("ok", config={"segment.byte": 5})
+    root.create_topic("ok")
+    with pytest.raises(PylogError, match="already exists"):
+        root.create_topic("ok")
+    with pytest.raises(PylogError, match=r"unknown topic 'nope'.*ok"):
+        root.read_table("nope")
+    with pytest.raises(ConfigError, match="partition 5 is out of range"):
+        root.log("ok", 5)
+    root.close()
+    assert not (tmp_path.parent / "escape-0").exists()
+
+
+def test_crash_without_close_recovers_from_checkpoint(tmp_path: Path) -> None:
+    root = pylog.open(tmp_path)
+    root.create_topic("t", config={"segment.bytes": 2048})
+    for i in range(50):
+        root.append("t", [b"r%03d" % i] * 3)
+    root.flush()
+    root.append("t", [b"unflushed"])
+    leo = root.log("t", 0).log_end_offset
+    root._writer.close()  # type: ignore[union-attr]  # the process dies: lock released, no marker
+    again = pylog.open(tmp_path)
+    assert again.log("t", 0).log_end_offset == leo  # readers trust files
+    again.create_topic("u")  # becomes the writer: unclean shutdown → recovery
+    assert again.log("t", 0).log_end_offset == leo
+    assert any(r.recovered_segments for r in again.recoveries)
+    again.close()
+
+
+def test_second_writer_process_is_refused(tmp_path: Path) -> None:
+    root = pylog.open(tmp_path)
+    root.create_topic("t")
+    script = textwrap.dedent(f"""
+        import pylog, sys
+        from pylog.storage.errors import LogLockedError
+        r = pylog.open({str(tmp_path)!r})
+        print(r.read_table("t").num_rows)          # reading needs no lock
+        try:
+            r.append("t", [b"x"])
+        except LogLockedError as e:
+            print("locked:", e)
+            sys.exit(3)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 3, proc.stderr
+    assert "another process holds the writer lock" in proc.stdout
+    root.close()
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_read_only_root_refuses_writes(tmp_path: Path) -> None:
+    pylog.open(tmp_path).close()
+    ro = pylog.open(tmp_path, read_only=True)
+    with pytest.raises(PylogError, match="read-only"):
+        ro.create_topic("t")
+    with pytest.raises(LogLockedError.__mro__[1]):
+        ro.append("t", [b"x"])
+
+
+LEGACY_FREE = [e for e in manifest_logs() if not e["expected_corrupt"]]
+
+
+@pytest.mark.parametrize("entry", LEGACY_FREE or [None], ids=[e["log"] for e in LEGACY_FREE] or ["absent"])
+def test_kafka_log_dir_without_metadata_opens(tmp_path: Path, entry: dict | None) -> None:
+    root_dir = require_fixtures()
+    assert entry is not None
+    src = root_dir / entry["log"]
+    part = tmp_path / src.parent.name
+    part.mkdir()
+    shutil.copy(src, part / src.name)  # a copied broker log dir (copied at test time only)
+    root = pylog.open(tmp_path, read_only=True)
+    topic = entry["topic"]
+    assert root.topics() == [topic] and root.partitions(topic) == entry["partition"] + 1
+    t = root.read_table(topic)
+    exp = expected_records(entry)
+    assert t.column("offset").to_pylist() == [e["offset"] for e in exp]
+    assert t.column("value").to_pylist() == [b64(e["value_b64"]) for e in exp]
+    assert t.column("key").to_pylist() == [b64(e["key_b64"]) for e in exp]
