@@ -1,0 +1,186 @@
+"""Kafka's offset checkpoint files (``CheckpointFile`` + ``OffsetCheckpointFile``).
+
+Layout (kafka-format.md §4), UTF-8 text::
+
+    0                       version
+    2                       number of entries
+    mytopic 0 1234          <topic> <partition> <offset>, one per line
+    mytopic 1 99
+
+Written with ``\\n`` line endings, entries sorted by (topic, partition), through
+:meth:`Storage.write_atomic` (``<file>.tmp`` → fsync → rename → fsync the directory), so a reader
+sees the old or the new file, never a mix; a ``.tmp`` left by a crash is never read.
+
+Reading follows Kafka's rules (an empty file, or a file that ends after the version line, is an
+empty map; ``\\r\\n`` and ``\\r`` line endings are accepted, as Java's ``readLine`` does) and is
+strict about everything else: every malformed file raises :class:`CorruptCheckpointError` naming
+the file and the 1-based line, never a silent 0.  Kafka's log manager resets to an empty map on
+such errors; deciding that is the caller's business.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from pylog.storage.config import INT32_MAX, INT64_MAX, INT64_MIN, validate_topic_name
+from pylog.storage.errors import ConfigError, CorruptCheckpointError, InvalidOffsetError
+from pylog.storage.fs import Storage
+
+__all__ = [
+    "CLEANER_OFFSET",
+    "LOG_START_OFFSET",
+    "RECOVERY_POINT",
+    "VERSION",
+    "format_offsets",
+    "parse_offsets",
+    "read_offsets",
+    "write_offsets",
+]
+
+RECOVERY_POINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET = "log-start-offset-checkpoint"
+CLEANER_OFFSET = "cleaner-offset-checkpoint"
+VERSION = 0
+
+_LINE_END_RE = re.compile(r"\r\n|\r|\n")  # java.io.BufferedReader.readLine's terminators
+_JAVA_WS = " \t\n\x0b\f\r"  # java.util.regex \s
+_WS_RE = re.compile(f"[{re.escape(_JAVA_WS)}]+")
+_INT_RE = re.compile(r"[+-]?[0-9]+")  # Integer.parseInt / Long.parseLong syntax
+
+Offsets = dict[tuple[str, int], int]
+
+
+def _int(text: str) -> int | None:
+    """``text`` as an integer if it has Java's integer syntax, else None.
+
+    Digit strings too long for any range here become a value outside int64 (Python refuses to
+    convert very long digit strings).
+    """
+    if not _INT_RE.fullmatch(text):
+        return None
+    digits = text.lstrip("+-").lstrip("0")
+    if len(digits) > 20:
+        return -(10**20) if text.startswith("-") else 10**20
+    return int(text)
+
+
+def _show(text: str, limit: int = 60) -> str:
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
+
+
+def _check_entry(key: object, offset: object) -> tuple[str, int, int]:
+    if not (isinstance(key, tuple) and len(key) == 2):
+        raise ConfigError(f"checkpoint keys must be (topic, partition) tuples, got {key!r}")
+    topic, partition = key
+    validate_topic_name(topic)
+    if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition <= INT32_MAX:
+        raise ConfigError(
+            f"partition of topic {topic!r} must be an integer in [0, {INT32_MAX}], got {partition!r}"
+        )
+    if isinstance(offset, bool) or not isinstance(offset, int) or not INT64_MIN <= offset <= INT64_MAX:
+        raise InvalidOffsetError(
+            f"offset of {topic}-{partition} must be an integer in [{INT64_MIN}, {INT64_MAX}], got {offset!r}"
+        )
+    return topic, partition, offset
+
+
+def format_offsets(entries: Mapping[tuple[str, int], int]) -> bytes:
+    """The checkpoint bytes for ``entries``: version 0, count, sorted entry lines, ``\\n`` endings.
+
+    Raises :class:`ConfigError` for an illegal topic name or partition and
+    :class:`InvalidOffsetError` for an offset outside int64.
+    """
+    rows = sorted(_check_entry(key, offset) for key, offset in entries.items())
+    lines = [str(VERSION), str(len(rows))]
+    lines += [f"{topic} {partition} {offset}" for topic, partition, offset in rows]
+    return ("\n".join(lines) + "\n").encode("ascii")
+
+
+def parse_offsets(data: bytes, *, path: str | None = None) -> dict[tuple[str, int], int]:
+    """Parse checkpoint bytes; ``path`` only names the file in errors."""
+
+    def fail(message: str, line: int) -> CorruptCheckpointError:
+        if path is None:  # CorruptCheckpointError shows the line only after a path
+            message = f"line {line}: {message}"
+        return CorruptCheckpointError(message, path=path, line=line)
+
+    try:
+        text = bytes(data).decode("utf-8")
+    except UnicodeDecodeError as e:
+        line_no = len(_LINE_END_RE.split(bytes(data[: e.start]).decode("utf-8")))
+        raise fail(f"invalid UTF-8 at byte {e.start}", line_no) from e
+    if not text:
+        return {}  # Kafka: an empty file is an empty checkpoint
+    lines = _LINE_END_RE.split(text)
+    if lines[-1] == "":
+        lines.pop()  # the terminator of the last line
+
+    version = _int(lines[0])
+    if version is None:
+        raise fail(f"version line {_show(lines[0])} is not an integer", 1)
+    if version != VERSION:
+        raise fail(f"unsupported checkpoint version {version} (expected {VERSION})", 1)
+    if len(lines) < 2:
+        return {}  # Kafka: no count line means no entries
+
+    count_line = lines[1]
+    if not count_line.strip(_JAVA_WS):
+        raise fail("entry count is missing (empty line)", 2)
+    count = _int(count_line)
+    if count is None:
+        raise fail(f"entry count {_show(count_line)} is not an integer", 2)
+    if not 0 <= count <= INT32_MAX:
+        raise fail(f"entry count {_show(count_line)} is out of range [0, {INT32_MAX}]", 2)
+
+    result: Offsets = {}
+    first_seen: dict[tuple[str, int], int] = {}
+    for number, line in enumerate(lines[2:], start=3):
+        stripped = line.strip(_JAVA_WS)
+        fields = _WS_RE.split(stripped) if stripped else []
+        if len(fields) != 3:
+            raise fail(
+                f"malformed entry {_show(line)}: expected 3 fields '<topic> <partition> <offset>', "
+                f"found {len(fields)}",
+                number,
+            )
+        topic, partition_text, offset_text = fields
+        try:
+            validate_topic_name(topic)
+        except ConfigError as e:
+            raise fail(f"malformed entry: {e}", number) from e
+        partition = _int(partition_text)
+        if partition is None:
+            raise fail(f"malformed entry: partition {_show(partition_text)} is not an integer", number)
+        if partition < 0:
+            raise fail(f"malformed entry: partition {partition} is negative", number)
+        if partition > INT32_MAX:
+            raise fail(
+                f"malformed entry: partition {_show(partition_text)} is out of range [0, {INT32_MAX}]", number
+            )
+        offset = _int(offset_text)
+        if offset is None:
+            raise fail(f"malformed entry: offset {_show(offset_text)} is not an integer", number)
+        if not INT64_MIN <= offset <= INT64_MAX:
+            raise fail(f"malformed entry: offset {_show(offset_text)} is out of the int64 range", number)
+        key = (topic, partition)
+        if key in first_seen:
+            raise fail(f"duplicate entry for {topic}-{partition} (first on line {first_seen[key]})", number)
+        first_seen[key] = number
+        result[key] = offset
+
+    if len(result) != count:
+        raise fail(f"expected {count} entries, found {len(result)}", 2)
+    return result
+
+
+def write_offsets(storage: Storage, path: str, entries: Mapping[tuple[str, int], int]) -> None:
+    """Durably replace the checkpoint at ``path`` (root-relative) with ``entries``."""
+    storage.write_atomic(path, format_offsets(entries))
+
+
+def read_offsets(storage: Storage, path: str) -> dict[tuple[str, int], int]:
+    """The entries of the checkpoint at ``path``; a missing file is an empty map."""
+    if not storage.exists(path):
+        return {}
+    return parse_offsets(storage.read(path), path=path)

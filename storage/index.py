@@ -1,0 +1,486 @@
+"""Kafka's sparse segment indexes: ``.index`` (offset), ``.timeindex`` (time), ``.txnindex``.
+
+Entry layouts (big-endian, files hold nothing but whole entries):
+
+    +------------+------+-------------------+--------+--------------------------------------+
+    | file       | byte | field             | type   | notes                                |
+    +------------+------+-------------------+--------+--------------------------------------+
+    | .index     |    0 | relativeOffset    | int32  | offset - baseOffset, in [0, 2^31-1]  |
+    |  (8 bytes) |    4 | position          | int32  | byte position of the batch in .log   |
+    +------------+------+-------------------+--------+--------------------------------------+
+    | .timeindex |    0 | timestamp         | int64  | max timestamp so far (ms)            |
+    | (12 bytes) |    8 | relativeOffset    | int32  | last offset of the batch holding it  |
+    +------------+------+-------------------+--------+--------------------------------------+
+    | .txnindex  |    0 | version           | int16  | 0 (Kafka reads only the first byte)  |
+    | (34 bytes) |    2 | producerId        | int64  |                                      |
+    |            |   10 | firstOffset       | int64  | first offset of the aborted txn      |
+    |            |   18 | lastOffset        | int64  | offset of its ABORT marker           |
+    |            |   26 | lastStableOffset  | int64  |                                      |
+    +------------+------+-------------------+--------+--------------------------------------+
+
+Each class reads its whole file into numpy arrays lazily, on first use; the active segment
+appends through :meth:`Storage.open_append`.  Files are never preallocated: they always hold
+exactly their entries, which is what Kafka expects of inactive segments (a trailing partial
+entry is ignored on read and reported by ``sanity_check``; the first append cuts it off).
+Lookups are ``np.searchsorted`` over the in-memory arrays, which grow by doubling.
+
+``.index`` and ``.timeindex`` files are created on the first append (or :meth:`create`);
+``.txnindex`` only when an aborted transaction is appended, as Kafka does.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import ClassVar, NamedTuple
+
+import numpy as np
+
+from pylog.storage.errors import CorruptIndexError, InvalidOffsetError
+from pylog.storage.fs import AppendFile, Storage
+
+OFFSET_ENTRY = struct.Struct(">ii")  # relativeOffset, position
+TIME_ENTRY = struct.Struct(">qi")  # timestamp, relativeOffset
+TXN_ENTRY = struct.Struct(">hqqqq")  # version, producerId, firstOffset, lastOffset, lastStableOffset
+
+INT32_MAX = 2**31 - 1
+DEFAULT_MAX_INDEX_BYTES = 10485760  # segment.index.bytes
+NO_TIMESTAMP = -1
+TXN_VERSION = 0
+
+_OFFSET_DTYPE = np.dtype([("rel", ">i4"), ("pos", ">i4")])
+_TIME_DTYPE = np.dtype([("ts", ">i8"), ("rel", ">i4")])
+_TXN_DTYPE = np.dtype([("version", ">i2"), ("pid", ">i8"), ("first", ">i8"), ("last", ">i8"), ("lso", ">i8")])
+assert _OFFSET_DTYPE.itemsize == OFFSET_ENTRY.size
+assert _TIME_DTYPE.itemsize == TIME_ENTRY.size
+assert _TXN_DTYPE.itemsize == TXN_ENTRY.size
+
+
+class IndexFullError(InvalidOffsetError):
+    """An append to an index that holds ``max_entries`` entries already."""
+
+
+class TxnEntries(NamedTuple):
+    """The entries of a transaction index, one int64 array per field, in file order."""
+
+    version: np.ndarray
+    producer_id: np.ndarray
+    first_offset: np.ndarray
+    last_offset: np.ndarray
+    last_stable_offset: np.ndarray
+
+
+class _IndexFile:
+    """File handling shared by the three index kinds: lazy load, append, truncate, rename.
+
+    Subclasses keep their entries in ``self._cols`` (int64 arrays of equal capacity, the first
+    ``self._n`` rows valid) and describe how raw file entries map to those columns.
+    """
+
+    ENTRY_SIZE: ClassVar[int]
+    _DTYPE: ClassVar[np.dtype]
+    _NCOLS: ClassVar[int]
+
+    def __init__(self, storage: Storage, path: str, base_offset: int):
+        self.storage = storage
+        self.path = path
+        self.base_offset = int(base_offset)
+        self._cols: list[np.ndarray] = [np.zeros(0, np.int64) for _ in range(self._NCOLS)]
+        self._n = 0
+        self._loaded = False
+        self._file_bytes = 0  # length of the file as last read or written
+        self._appender: AppendFile | None = None
+
+    # ---------------------------------------------------------------- loading and growth
+
+    def _load(self) -> None:
+        if self._loaded:
+            return
+        data = self.storage.read(self.path) if self.storage.exists(self.path) else b""
+        n = len(data) // self.ENTRY_SIZE
+        raw = np.frombuffer(data, dtype=self._DTYPE, count=n)
+        cols = self._from_raw(raw)
+        cap = max(n, 16)
+        self._cols = [np.zeros(cap, np.int64) for _ in range(self._NCOLS)]
+        for dst, src in zip(self._cols, cols, strict=True):
+            dst[:n] = src
+        self._n = n
+        self._file_bytes = len(data)
+        self._loaded = True
+
+    def _from_raw(self, raw: np.ndarray) -> list[np.ndarray]:
+        raise NotImplementedError
+
+    def _push(self, *values: int) -> None:
+        """Add one row to the in-memory columns (amortized O(1))."""
+        if self._n == self._cols[0].shape[0]:
+            cap = max(16, 2 * self._n)
+            grown = [np.zeros(cap, np.int64) for _ in range(self._NCOLS)]
+            for dst, src in zip(grown, self._cols, strict=True):
+                dst[: self._n] = src[: self._n]
+            self._cols = grown
+        for col, v in zip(self._cols, values, strict=True):
+            col[self._n] = v
+        self._n += 1
+
+    def _col(self, i: int) -> np.ndarray:
+        """A view of the valid rows of column ``i`` (loads the file if needed)."""
+        self._load()
+        return self._cols[i][: self._n]
+
+    def _open_appender(self) -> AppendFile:
+        self._load()
+        if self._appender is None:
+            self._appender = self.storage.open_append(self.path)
+            if self._appender.size() != self._n * self.ENTRY_SIZE:
+                # a partial trailing entry (or bytes written behind our back): keep whole entries
+                self._appender.truncate(self._n * self.ENTRY_SIZE)
+            self._file_bytes = self._appender.size()
+        return self._appender
+
+    def _write(self, entry: bytes) -> None:
+        appender = self._open_appender()
+        appender.write(entry)
+        self._file_bytes = appender.size()
+
+    def _truncate_entries(self, n: int) -> None:
+        """Keep the first ``n`` entries, in memory and on disk."""
+        self._load()
+        n = max(0, min(n, self._n))
+        size = n * self.ENTRY_SIZE
+        if self._appender is not None:
+            self._appender.truncate(size)
+        elif self._file_bytes != size and self.storage.exists(self.path):
+            self.storage.truncate(self.path, size)
+        self._file_bytes = size
+        self._n = n
+
+    # ---------------------------------------------------------------- common API
+
+    def __len__(self) -> int:
+        self._load()
+        return self._n
+
+    def create(self) -> None:
+        """Create the file (empty) if it does not exist and keep it open for appending."""
+        self._open_appender()
+
+    def reset(self) -> None:
+        """Drop every entry and empty the file (a missing file stays missing)."""
+        self._truncate_entries(0)
+
+    def flush(self) -> None:
+        """fsync the file if it is open for appending."""
+        if self._appender is not None:
+            self._appender.fsync()
+
+    def close(self) -> None:
+        """Close the append handle; the entries stay readable."""
+        if self._appender is not None:
+            self._appender.close()
+            self._appender = None
+
+    def delete(self) -> None:
+        self.close()
+        self.storage.delete(self.path)
+        self._n = 0
+        self._file_bytes = 0
+        self._loaded = True
+
+    def rename(self, new_path: str) -> None:
+        """Rename the file (suffix changes ``.cleaned``/``.swap``/``.deleted``); a missing
+        file just takes the new name."""
+        self.close()
+        if self.storage.exists(self.path):
+            self.storage.rename(self.path, new_path)
+        self.path = new_path
+
+    def exists(self) -> bool:
+        return self._appender is not None or self.storage.exists(self.path)
+
+    @property
+    def file_bytes(self) -> int:
+        """Length of the file (0 if missing), as last read or written."""
+        self._load()
+        return self._file_bytes
+
+    def _partial_bytes(self) -> int:
+        self._load()
+        return self._file_bytes - self._n * self.ENTRY_SIZE
+
+    def _relative(self, offset: int) -> int:
+        rel = offset - self.base_offset
+        if not 0 <= rel <= INT32_MAX:
+            raise InvalidOffsetError(
+                f"{self.path}: offset {offset} cannot be stored relative to base offset "
+                f"{self.base_offset} (relative offset must be in [0, {INT32_MAX}])"
+            )
+        return rel
+
+    def _corrupt(self, message: str) -> CorruptIndexError:
+        return CorruptIndexError(message, path=self.path)
+
+    def __repr__(self) -> str:
+        n = self._n if self._loaded else "?"
+        return f"{type(self).__name__}({self.path!r}, base_offset={self.base_offset}, entries={n})"
+
+
+class _SparseIndex(_IndexFile):
+    """Offset and time indexes: a maximum size, Kafka's ``maxEntries``."""
+
+    def __init__(
+        self, storage: Storage, path: str, base_offset: int, *, max_index_bytes: int = DEFAULT_MAX_INDEX_BYTES
+    ):
+        super().__init__(storage, path, base_offset)
+        if max_index_bytes < self.ENTRY_SIZE:
+            raise ValueError(f"max_index_bytes must be at least {self.ENTRY_SIZE}, got {max_index_bytes}")
+        self.max_index_bytes = int(max_index_bytes)
+
+    @property
+    def max_entries(self) -> int:
+        return self.max_index_bytes // self.ENTRY_SIZE
+
+    def is_full(self) -> bool:
+        return len(self) >= self.max_entries
+
+
+class OffsetIndex(_SparseIndex):
+    """``.index``: sparse map from offsets to byte positions in the ``.log`` (Kafka ``OffsetIndex``)."""
+
+    ENTRY_SIZE = OFFSET_ENTRY.size
+    _DTYPE = _OFFSET_DTYPE
+    _NCOLS = 2  # absolute offset, position
+
+    def _from_raw(self, raw: np.ndarray) -> list[np.ndarray]:
+        return [raw["rel"].astype(np.int64) + self.base_offset, raw["pos"].astype(np.int64)]
+
+    @property
+    def last_offset(self) -> int:
+        """Absolute offset of the last entry, ``base_offset`` if empty."""
+        offs = self._col(0)
+        return int(offs[-1]) if offs.shape[0] else self.base_offset
+
+    def entries(self) -> tuple[np.ndarray, np.ndarray]:
+        """(absolute offsets, positions) as int64 arrays (copies)."""
+        return self._col(0).copy(), self._col(1).copy()
+
+    def append(self, offset: int, position: int) -> None:
+        """Append ``(offset, position)``; the offset must be above the last entry's."""
+        if self.is_full():
+            raise IndexFullError(f"{self.path}: attempt to append to a full index (size = {self._n})")
+        if self._n and offset <= self.last_offset:
+            raise InvalidOffsetError(
+                f"{self.path}: attempt to append an offset {offset} to position {self._n} no larger "
+                f"than the last offset appended ({self.last_offset})"
+            )
+        rel = self._relative(offset)
+        if not 0 <= position <= INT32_MAX:
+            raise InvalidOffsetError(f"{self.path}: position {position} is not in [0, {INT32_MAX}]")
+        self._write(OFFSET_ENTRY.pack(rel, position))
+        self._push(offset, position)
+
+    def lookup(self, target: int) -> tuple[int, int]:
+        """The entry with the largest offset <= ``target``, else ``(base_offset, 0)``."""
+        offs = self._col(0)
+        slot = int(np.searchsorted(offs, target, side="right")) - 1
+        if slot < 0:
+            return self.base_offset, 0
+        return int(offs[slot]), int(self._cols[1][slot])
+
+    def lookup_many(self, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`lookup` for each element of ``targets``: (offsets, positions)."""
+        offs, pos = self._col(0), self._col(1)
+        t = np.asarray(targets, dtype=np.int64)
+        slot = np.searchsorted(offs, t, side="right") - 1
+        found = slot >= 0
+        safe = np.maximum(slot, 0)
+        if offs.shape[0] == 0:
+            return np.full(t.shape, self.base_offset, np.int64), np.zeros(t.shape, np.int64)
+        return (
+            np.where(found, offs[safe], self.base_offset).astype(np.int64),
+            np.where(found, pos[safe], 0).astype(np.int64),
+        )
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry whose offset is >= ``offset``."""
+        self._truncate_entries(int(np.searchsorted(self._col(0), offset, side="left")))
+
+    def sanity_check(self) -> None:
+        """Kafka's ``OffsetIndex.sanityCheck``: raise CorruptIndexError if the last offset is
+        below the base offset or the file is not a whole number of entries."""
+        if len(self) and self.last_offset < self.base_offset:
+            raise self._corrupt(
+                f"Corrupt index found, index file has non-zero size but the last offset is "
+                f"{self.last_offset} which is less than the base offset {self.base_offset}"
+            )
+        if self._partial_bytes():
+            raise self._corrupt(
+                f"Index file is corrupt, found {self._file_bytes} bytes which is neither positive "
+                f"nor a multiple of {self.ENTRY_SIZE}"
+            )
+
+
+class TimeIndex(_SparseIndex):
+    """``.timeindex``: sparse map from max-timestamp-so-far to offsets (Kafka ``TimeIndex``)."""
+
+    ENTRY_SIZE = TIME_ENTRY.size
+    _DTYPE = _TIME_DTYPE
+    _NCOLS = 2  # timestamp, absolute offset
+
+    def _from_raw(self, raw: np.ndarray) -> list[np.ndarray]:
+        return [raw["ts"].astype(np.int64), raw["rel"].astype(np.int64) + self.base_offset]
+
+    def is_full(self) -> bool:
+        """Full one entry early: the last slot is reserved for the roll-time entry."""
+        return len(self) >= self.max_entries - 1
+
+    @property
+    def last_entry(self) -> tuple[int, int]:
+        """(timestamp, absolute offset) of the last entry, ``(-1, base_offset)`` if empty."""
+        ts, offs = self._col(0), self._col(1)
+        if ts.shape[0] == 0:
+            return NO_TIMESTAMP, self.base_offset
+        return int(ts[-1]), int(offs[-1])
+
+    def entries(self) -> tuple[np.ndarray, np.ndarray]:
+        """(timestamps, absolute offsets) as int64 arrays (copies)."""
+        return self._col(0).copy(), self._col(1).copy()
+
+    def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> None:
+        """Kafka ``TimeIndex.maybeAppend``: append only if ``timestamp`` is above the last one.
+
+        Raises IndexFullError when full (unless ``skip_full_check``, used for the roll-time
+        entry) and InvalidOffsetError if the offset or the timestamp goes backwards.
+        """
+        if not skip_full_check and self.is_full():
+            raise IndexFullError(f"{self.path}: attempt to append to a full time index (size = {self._n})")
+        last_ts, last_off = self.last_entry
+        if self._n and offset < last_off:
+            raise InvalidOffsetError(
+                f"{self.path}: attempt to append an offset ({offset}) to slot {self._n} no larger than "
+                f"the last offset appended ({last_off})"
+            )
+        if self._n and timestamp < last_ts:
+            raise InvalidOffsetError(
+                f"{self.path}: attempt to append a timestamp ({timestamp}) to slot {self._n} no larger "
+                f"than the last timestamp appended ({last_ts})"
+            )
+        if timestamp > last_ts:
+            rel = self._relative(offset)
+            self._write(TIME_ENTRY.pack(timestamp, rel))
+            self._push(timestamp, offset)
+
+    def lookup(self, timestamp: int) -> tuple[int, int]:
+        """The entry with the largest timestamp <= ``timestamp``, else ``(-1, base_offset)``."""
+        ts = self._col(0)
+        slot = int(np.searchsorted(ts, timestamp, side="right")) - 1
+        if slot < 0:
+            return NO_TIMESTAMP, self.base_offset
+        return int(ts[slot]), int(self._cols[1][slot])
+
+    def lookup_many(self, timestamps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`lookup` for each element: (timestamps, offsets)."""
+        ts, offs = self._col(0), self._col(1)
+        t = np.asarray(timestamps, dtype=np.int64)
+        if ts.shape[0] == 0:
+            return np.full(t.shape, NO_TIMESTAMP, np.int64), np.full(t.shape, self.base_offset, np.int64)
+        slot = np.searchsorted(ts, t, side="right") - 1
+        found = slot >= 0
+        safe = np.maximum(slot, 0)
+        return (
+            np.where(found, ts[safe], NO_TIMESTAMP).astype(np.int64),
+            np.where(found, offs[safe], self.base_offset).astype(np.int64),
+        )
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every entry whose offset is >= ``offset``."""
+        self._truncate_entries(int(np.searchsorted(self._col(1), offset, side="left")))
+
+    def sanity_check(self) -> None:
+        """Kafka's ``TimeIndex.sanityCheck``: last timestamp below the first, last offset below
+        the base offset, or a file that is not a whole number of entries."""
+        ts, offs = self._col(0), self._col(1)
+        if ts.shape[0] and ts[-1] < ts[0]:
+            raise self._corrupt(
+                f"Corrupt time index found, time index file has non-zero size but the last timestamp "
+                f"is {int(ts[-1])} which is less than the first timestamp {int(ts[0])}"
+            )
+        if offs.shape[0] and offs[-1] < self.base_offset:
+            raise self._corrupt(
+                f"Corrupt time index found, time index file has non-zero size but the last offset "
+                f"is {int(offs[-1])} which is less than the first offset {self.base_offset}"
+            )
+        if self._partial_bytes():
+            raise self._corrupt(
+                f"Time index file is corrupt, found {self._file_bytes} bytes which is neither "
+                f"positive nor a multiple of {self.ENTRY_SIZE}"
+            )
+
+
+class TxnIndex(_IndexFile):
+    """``.txnindex``: the aborted transactions whose ABORT marker is in the segment."""
+
+    ENTRY_SIZE = TXN_ENTRY.size
+    _DTYPE = _TXN_DTYPE
+    _NCOLS = 5  # version, producerId, firstOffset, lastOffset, lastStableOffset
+
+    def _from_raw(self, raw: np.ndarray) -> list[np.ndarray]:
+        return [raw[name].astype(np.int64) for name in ("version", "pid", "first", "last", "lso")]
+
+    def entries(self) -> TxnEntries:
+        """Every entry, one int64 array per field (copies)."""
+        return TxnEntries(*(self._col(i).copy() for i in range(self._NCOLS)))
+
+    def append(self, producer_id: int, first_offset: int, last_offset: int, last_stable_offset: int) -> None:
+        """Append an aborted transaction; ``last_offset`` must be above the previous entry's."""
+        last = self._col(3)
+        if last.shape[0] and last_offset <= last[-1]:
+            raise InvalidOffsetError(
+                f"{self.path}: the last offset of appended transactions must increase sequentially, "
+                f"but {last_offset} is not greater than current last offset {int(last[-1])}"
+            )
+        self._write(TXN_ENTRY.pack(TXN_VERSION, producer_id, first_offset, last_offset, last_stable_offset))
+        self._push(TXN_VERSION, producer_id, first_offset, last_offset, last_stable_offset)
+
+    def aborted_in_range(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
+        """(producer ids, first offsets) of the transactions overlapping ``[start, end)``:
+        ``lastOffset >= start`` and ``firstOffset < end`` (Kafka ``collectAbortedTxns``)."""
+        first, last = self._col(2), self._col(3)
+        keep = (last >= start) & (first < end)
+        return self._col(1)[keep].copy(), first[keep].copy()
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop the first entry whose lastOffset is >= ``offset`` and everything after it."""
+        hit = self._col(3) >= offset
+        self._truncate_entries(int(np.argmax(hit)) if hit.any() else self._n)
+
+    def sanity_check(self) -> None:
+        """Kafka's ``TransactionIndex.sanityCheck`` (every lastOffset >= base offset), plus a
+        check for a trailing partial entry (which Kafka silently ignores)."""
+        last = self._col(3)
+        bad = np.nonzero(last < self.base_offset)[0]
+        if bad.size:
+            i = int(bad[0])
+            v, pid, first, lo, lso = (int(self._cols[c][i]) for c in range(self._NCOLS))
+            raise self._corrupt(
+                f"Last offset of aborted transaction AbortedTxn(version={v}, producerId={pid}, "
+                f"firstOffset={first}, lastOffset={lo}, lastStableOffset={lso}) in index is less "
+                f"than start offset {self.base_offset}"
+            )
+        partial = self._partial_bytes()
+        if partial:
+            raise self._corrupt(
+                f"Transaction index file is corrupt, found {self._file_bytes} bytes which is not a "
+                f"multiple of {self.ENTRY_SIZE} (a partial entry of {partial} bytes at the end)"
+            )
+
+
+__all__ = [
+    "OFFSET_ENTRY",
+    "TIME_ENTRY",
+    "TXN_ENTRY",
+    "IndexFullError",
+    "OffsetIndex",
+    "TimeIndex",
+    "TxnEntries",
+    "TxnIndex",
+]
