@@ -69,22 +69,30 @@ CONTROL_TYPES = {
     6: "KRAFT_VOTERS",
 }
 
-# (name, byte offset, width) of the fixed-width header fields, for vectorized parsing
-_FIELDS = (
-    ("base_offset", 0, 8),
-    ("batch_length", 8, 4),
-    ("partition_leader_epoch", 12, 4),
-    ("crc", 17, 4),
-    ("attributes", 21, 2),
-    ("last_offset_delta", 23, 4),
-    ("base_timestamp", 27, 8),
-    ("max_timestamp", 35, 8),
-    ("producer_id", 43, 8),
-    ("producer_epoch", 51, 2),
-    ("base_sequence", 53, 4),
-    ("records_count", 57, 4),
-)
 _ARANGE61 = np.arange(HEADER_SIZE, dtype=np.int64)
+_HEADER_DTYPE = np.dtype(
+    {
+        "names": [
+            "base_offset",
+            "batch_length",
+            "partition_leader_epoch",
+            "magic",
+            "crc",
+            "attributes",
+            "last_offset_delta",
+            "base_timestamp",
+            "max_timestamp",
+            "producer_id",
+            "producer_epoch",
+            "base_sequence",
+            "records_count",
+        ],
+        "formats": [">i8", ">i4", ">i4", "u1", ">u4", ">i2", ">i4", ">i8", ">i8", ">i8", ">i2", ">i4", ">i4"],
+        "offsets": [0, 8, 12, 16, 17, 21, 23, 27, 35, 43, 51, 53, 57],
+        "itemsize": HEADER_SIZE,
+    }
+)
+"""The 61-byte v2 header as a numpy structured type: many headers parse in one view."""
 
 
 @dataclass
@@ -178,11 +186,14 @@ def parse_headers(
     v2 = magic >= 2
     raw = np.zeros((k, HEADER_SIZE), dtype=np.uint8)
     raw[:, :12] = data[position[:, None] + _ARANGE61[:12]]  # offset and size: every magic
-    if v2.any():
+    if v2.all():
+        raw = data[position[:, None] + _ARANGE61]
+    elif v2.any():
         raw[v2] = data[position[v2, None] + _ARANGE61]
-    for name, off, width in _FIELDS:
-        out[name] = _be_column(raw, off, width)
-    out["crc"] = out["crc"] & 0xFFFFFFFF
+    fields_ = np.ascontiguousarray(raw).view(_HEADER_DTYPE).reshape(-1)
+    for name in _HEADER_DTYPE.names or ():
+        if name != "magic":
+            out[name] = fields_[name].astype(np.int64)
     del out["batch_length"]  # implied by size
     legacy = ~v2
     if legacy.any():

@@ -170,7 +170,7 @@ class LocalStorage(Storage):
             self.root.mkdir(parents=True, exist_ok=True)
         elif not self.root.is_dir():
             raise StorageError(f"{self.root}: no such directory")
-        self._locks: dict[str, int] = {}
+        self._abs: dict[str, str] = {}  # resolved paths of hot files (reads)
 
     def describe(self) -> str:
         return str(self.root)
@@ -180,14 +180,23 @@ class LocalStorage(Storage):
         return self.root / rel if rel else self.root
 
     def read(self, path: str, start: int = 0, end: int | None = None) -> bytes:
-        p = self.resolve(path)
+        p = self._abs.get(path) or self._cache_abs(path)
         try:
-            with open(p, "rb") as f:
-                if start:
-                    f.seek(start)
-                return f.read() if end is None else f.read(max(0, end - start))
+            fd = os.open(p, os.O_RDONLY)
         except OSError as e:
             raise StorageError(f"{p}: cannot read: {e.strerror}") from e
+        try:
+            if end is None:
+                end = os.fstat(fd).st_size
+            return os.pread(fd, max(0, end - start), start)
+        finally:
+            os.close(fd)
+
+    def _cache_abs(self, path: str) -> str:
+        if len(self._abs) > 100_000:
+            self._abs.clear()
+        p = self._abs[path] = str(self.resolve(path))
+        return p
 
     def size(self, path: str) -> int:
         try:

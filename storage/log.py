@@ -123,9 +123,13 @@ class Log:
         *,
         codec: int | str | None = None,
         now: int | None = None,
+        batch_bytes: int | None = None,
         **encode_kwargs: Any,
     ) -> AppendInfo:
-        """Append records (Arrow arrays or sequences), assigning offsets from the LEO."""
+        """Append records (Arrow arrays or sequences), assigning offsets from the LEO.
+
+        Records are grouped into batches of about ``batch_bytes`` (default 1 MiB, capped by
+        ``max.message.bytes``); smaller batches make single-offset reads cheaper."""
         self._check_writable()
         now = now_ms() if now is None else now
         if codec is None:
@@ -150,7 +154,7 @@ class Log:
             headers,
             base_offset=self.log_end_offset,
             codec=codec,
-            batch_bytes=min(records.DEFAULT_BATCH_BYTES, self.config.max_message_bytes - 12),
+            batch_bytes=min(batch_bytes or records.DEFAULT_BATCH_BYTES, self.config.max_message_bytes - 12),
             timestamp_type=ts_type,
             **encode_kwargs,
         )
@@ -305,7 +309,7 @@ class Log:
         self, offset: int, max_bytes: int = DEFAULT_FETCH_BYTES, *, max_offset: int | None = None
     ) -> tuple[int, bytes]:
         """Whole batches from the one holding ``offset`` (the first at or after it, across
-        gaps): (position in its segment, bytes).  Empty at the LEO."""
+        gaps): (position in its segment, a read-only view of the bytes).  Empty at the LEO."""
         self._check_range(offset)
         for seg in self.segments[self._floor_index(offset) :]:
             if max_offset is not None and seg.base_offset >= max_offset:
@@ -313,7 +317,7 @@ class Log:
             got = seg.read(offset, max_bytes)
             if got is not None:
                 return got
-        return 0, b""
+        return 0, memoryview(b"")
 
     def iter_record_sets(
         self, start: int | None = None, end: int | None = None, *, max_bytes: int = DEFAULT_FETCH_BYTES

@@ -212,7 +212,9 @@ class LogSegment:
             if k == 0 and min_one_batch:
                 k = 1
             e = int(ends[k - 1]) if k else p
-            return p, loc.data[p - loc.start : e - loc.start].tobytes()
+            if e - p > loc.data.shape[0] - (p - loc.start):  # the first batch exceeds the chunk
+                return p, memoryview(self.storage.read(self.log_path, p, e))
+            return p, loc.data[p - loc.start : e - loc.start].data  # zero-copy view
         return None
 
     def read_next_offset(self) -> int:

@@ -1,0 +1,126 @@
+"""The ``pylog`` console command: argument handling and ``pylog dump``."""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pylog import cli
+from pylog.storage import records
+from pylog.storage.fs import LocalStorage
+from pylog.storage.index import OffsetIndex
+
+
+def segment(directory: Path) -> Path:
+    data = records.encode([b"a", b"b", b"c"], [b"k", None, b"k"], [10, 11, 12], base_offset=5).tobytes()
+    log = directory / "00000000000000000005.log"
+    log.write_bytes(data)
+    idx = OffsetIndex(LocalStorage(directory), "00000000000000000005.index", 5)
+    idx.append(7, 0)
+    idx.close()
+    return log
+
+
+def test_dump_log_and_index(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = segment(tmp_path)
+    index = log.with_suffix(".index")
+    assert cli.main(["dump", "--files", str(log), str(index), "--print-data-log"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    lines = out.splitlines()
+    assert lines[0] == f"Dumping {log}"
+    assert lines[1] == "Log starting offset: 5"
+    assert lines[2].startswith("baseOffset: 5 lastOffset: 7 count: 3 ")
+    assert lines[3].endswith(" key: k payload: a")
+    assert lines[4].endswith(" headerKeys: [] payload: b")
+    assert lines[6:] == [f"Dumping {index}", "offset: 7 position: 0"]
+
+
+def test_comma_separated_files_and_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = segment(tmp_path)
+    index = log.with_suffix(".index")
+    assert cli.main(["dump", "--verify-index-only", "--files", f"{index},{index}"]) == 0
+    out, err = capsys.readouterr()
+    assert (out.splitlines(), err) == ([f"Dumping {index}", f"Dumping {index}"], "")
+    assert cli.main(["dump", "--files", str(index), "--index-sanity-check"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == f"{index} passed sanity check."
+    assert cli.main(["dump", "--files", str(log), "--max-bytes", "10"]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"Dumping {log}", "Log starting offset: 5"]
+
+
+def test_mismatch_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = segment(tmp_path)
+    index = log.with_suffix(".index")
+    index.write_bytes(struct.pack(">ii", 1, 0))  # offset 6: the batch at 0 ends at 7
+    assert cli.main(["dump", "--files", str(index), "--verify-index-only"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("Mismatches in :") and err[0].endswith(index.name)
+    assert err[1] == "  Index offset: 6, log offset: 7"
+
+
+def test_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "00000000000000000000.log"
+    assert cli.main(["dump", "--files", str(missing)]) == 1
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [f"Dumping {missing}"]
+    assert err.strip() == f"{missing}: no such file"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["dump"], "the following arguments are required: --files"),
+        (["dump", "--files"], "expected at least one argument"),
+        (["dump", "--files", "x.log", "--max-bytes", "-1"], "expected an integer in [0, 2147483647]"),
+        (["dump", "--files", "x.log", "--max-bytes", "lots"], "expected an integer"),
+        (["dump", "--files", "x.log", "--bogus"], "unrecognized arguments: --bogus"),
+        (["nosuchcommand"], "invalid choice"),
+        (["dump", "--files", ","], "--files names no file"),
+    ],
+)
+def test_bad_arguments(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main([]) == 2
+    assert "dump" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["dump", "--help"]])
+def test_help(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: pylog")
+    if "dump" in argv:
+        assert "--print-data-log" in out and "--verify-index-only" in out
+
+
+def test_registry_builds_one_function_per_command() -> None:
+    assert "dump" in cli.COMMANDS
+    with pytest.raises(ValueError, match="registered twice"):
+        cli.command("dump", "again")(cli.dump_command)
+
+
+def test_console_entry_point(tmp_path: Path) -> None:
+    log = segment(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pylog.cli", "dump", "--files", str(log)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[:2] == [f"Dumping {log}", "Log starting offset: 5"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pylog.cli", "dump", "--files", str(tmp_path / "missing.log")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 1 and "no such file" in proc.stderr and "Traceback" not in proc.stderr
