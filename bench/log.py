@@ -86,9 +86,11 @@ def bench_append_read(tmp: Path, n: int, value_size: int, repeat: int) -> dict[s
             os.fsync(f.fileno())
         t_plain.append(time.perf_counter() - t0)
 
+        paths = [d / seg.log_path for seg in lg.segments]
+
         def plain_read() -> None:
-            for seg in lg.segments:
-                with open(d / seg.log_path, "rb") as f:
+            for path in paths:  # noqa: B023 - called within this iteration only
+                with open(path, "rb") as f:
                     f.read()
 
         # both readers warmed once (allocator pages, page cache), as a streaming reader runs

@@ -307,7 +307,7 @@ class Log:
 
     def read(
         self, offset: int, max_bytes: int = DEFAULT_FETCH_BYTES, *, max_offset: int | None = None
-    ) -> tuple[int, bytes]:
+    ) -> tuple[int, memoryview]:
         """Whole batches from the one holding ``offset`` (the first at or after it, across
         gaps): (position in its segment, a read-only view of the bytes).  Empty at the LEO."""
         self._check_range(offset)

@@ -192,7 +192,7 @@ class LogSegment:
 
     def read(
         self, offset: int, max_bytes: int, *, max_position: int | None = None, min_one_batch: bool = True
-    ) -> tuple[int, bytes] | None:
+    ) -> tuple[int, memoryview] | None:
         """Whole batches from the first one holding an offset >= ``offset``, at most
         ``max_bytes`` (but at least one batch when ``min_one_batch``): (position, bytes).
         None when the segment holds nothing at or above ``offset`` (below ``max_position``)."""
