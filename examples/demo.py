@@ -1,11 +1,14 @@
-"""pylog demo on a local directory (./demo-data): write Kafka-format record batches with every
-codec, read them back into Arrow, and show Kafka's partitioner at work.
+"""pylog's main demo, on a local directory (default ./demo-data): a Kafka-format log with no
+broker.  Creates a topic with 4 partitions, appends keyed events (Kafka's murmur2 partitioner
+places them), reads them back as an Arrow table with Spark's Kafka columns, looks an offset up
+by timestamp, closes cleanly, and shows the files: a real Kafka log directory.
 
-Run with ``make demo`` (creates .venv and installs pylog first).
+    make demo                       # or: .venv/bin/python examples/demo.py [DIR]
 """
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -13,55 +16,48 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from pylog.storage import compression, records
-from pylog.storage.partitioner import partition_for_keys
+import pylog
+from pylog.storage import records
 
 ROOT = Path(sys.argv[1] if len(sys.argv) > 1 else "demo-data")
 
 
 def main() -> None:
-    ROOT.mkdir(parents=True, exist_ok=True)
-    n = 200_000
-    keys = pa.array([f"user-{i % 1000}".encode() for i in range(n)])
-    values = pa.array([b'{"event": "click", "n": %d}' % i for i in range(n)])
-    now = int(time.time() * 1000)
-    ts = now - np.arange(n, dtype=np.int64)[::-1]
-    parts = partition_for_keys(keys, 4)
-    print(
-        f"{n} records; Kafka's murmur2 partitioner spreads their keys over 4 partitions: "
-        f"{np.bincount(parts, minlength=4).tolist()}"
-    )
-    print(f"{'codec':8} {'segment bytes':>14} {'encode':>10} {'decode':>10}")
-    for codec in compression.CODEC_NAMES.values():
+    shutil.rmtree(ROOT, ignore_errors=True)
+    n = 500_000
+    start = 1_700_000_000_000
+    events = pa.table({
+        "key": pa.array([b"user-%d" % (i % 1000) for i in range(n)]),
+        "value": pa.array([b'{"event": "click", "n": %d}' % i for i in range(n)]),
+        "timestamp": pa.array(start + np.arange(n, dtype=np.int64), pa.timestamp("ms")),
+    })
+    with pylog.open(ROOT) as root:
+        root.create_topic("events", partitions=4, config={"segment.bytes": 8 << 20, "compression.type": "lz4"})
         t0 = time.perf_counter()
-        enc = records.encode(values, keys, ts, codec=codec, batch_bytes=256 * 1024)
+        written = root.append("events", events)
         t1 = time.perf_counter()
-        path = ROOT / f"events-{codec}-0" / "00000000000000000000.log"
-        path.parent.mkdir(exist_ok=True)
-        path.write_bytes(enc.tobytes())
-        t2 = time.perf_counter()
-        back = records.decode(path.read_bytes(), path=str(path))
-        t3 = time.perf_counter()
-        assert back.records.column("value").combine_chunks().equals(values)
-        print(
-            f"{codec:8} {path.stat().st_size:>14,} {n / (t1 - t0) / 1e6:>7.1f} M/s "
-            f"{n / (t3 - t2) / 1e6:>7.1f} M/s"
-        )
-    table = back.records
-    print(f"\nlast segment written: {path} ({len(back.batches)} batches)")
-    print(
-        table.slice(n - 3).select(["offset", "timestamp", "key", "value"]).to_pandas().to_string()
-        if _has_pandas()
-        else table.slice(n - 3).to_pylist()
-    )
-
-
-def _has_pandas() -> bool:
-    try:
-        import pandas  # noqa: F401
-    except ImportError:
-        return False
-    return True
+        print(f"appended {n:,} events in {t1 - t0:.2f} s ({n / (t1 - t0) / 1e6:.1f} M records/s), "
+              f"lz4-compressed, across partitions:")
+        for p, info in sorted(written.items()):
+            print(f"  partition {p}: offsets {info.first_offset}..{info.last_offset} "
+                  f"({info.num_batches} batches, {info.num_bytes:,} bytes)")
+        t0 = time.perf_counter()
+        table = root.read_table("events")
+        t1 = time.perf_counter()
+        print(f"read back {table.num_rows:,} records in {t1 - t0:.2f} s; columns: {table.column_names}")
+        log = root.log("events", 0)
+        hit = log.offset_for_timestamp(start + n // 2)
+        print(f"first record at or after t={start + n // 2} in partition 0: offset {hit.offset if hit else None}")
+        print(table.slice(0, 3).select(["key", "value", "partition", "offset", "timestamp"]).to_pylist())
+    # the root is a Kafka log directory: checkpoints, clean-shutdown marker, partition dirs
+    print(f"\n{ROOT}/")
+    for path in sorted(ROOT.rglob("*"))[:16]:
+        print(f"  {path.relative_to(ROOT)}" + (f"  ({path.stat().st_size:,} bytes)" if path.is_file() else "/"))
+    seg = next((ROOT / "events-0").glob("*.log"))
+    rs = records.decode(seg.read_bytes(), path=str(seg))
+    print(f"\n{seg}: {len(rs.batches)} batches, codec {int(rs.batches.codec[0])} (lz4), "
+          f"offsets {int(rs.batches.base_offset[0])}..{int(rs.batches.last_offset[-1])}")
+    print(f"inspect it like kafka-dump-log.sh:  .venv/bin/pylog dump --files {seg} | head")
 
 
 if __name__ == "__main__":

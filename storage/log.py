@@ -10,7 +10,7 @@ the time indexes.  Recovery and loading live in :mod:`loader`.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +80,9 @@ class Log:
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms()
         self._failed: BaseException | None = None
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self.step_hook: Callable[[str], None] | None = None
+        """Called with the name of each step of a multi-step change (crash-point tests)."""
 
     @classmethod
     def open(cls, storage: Storage, directory: str, config: LogConfig | None = None, **kwargs: Any) -> Log:
@@ -404,6 +407,90 @@ class Log:
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
         return removed
 
+    # ------------------------------------------------------------------ replacing segments
+
+    def _step(self, name: str) -> None:
+        if self.step_hook is not None:
+            self.step_hook(name)
+
+    def replace_segments(
+        self, new: list[LogSegment], old: list[LogSegment], *, now: int | None = None
+    ) -> None:
+        """Swap ``new`` segments (written completely under the ``.cleaned`` suffix) in for
+        ``old`` ones, with Kafka's crash-safe protocol (``LocalLog.replaceSegments``):
+
+        1. new ``.cleaned`` → ``.swap``, in descending base-offset order;
+        2. old segments → ``.deleted`` (ascending), physical deletion after ``file.delete.delay.ms``;
+        3. new ``.swap`` → final names;  4. fsync the directory.
+
+        A crash before every new segment is ``.swap`` rolls back at the next load; after
+        that it rolls forward (see :mod:`loader`)."""
+        self._check_writable()
+        now = now_ms() if now is None else now
+        for seg in new:
+            seg.flush()
+            seg.close_files()
+        self.storage.fsync_dir(self.directory)
+        self._step("cleaned-written")
+        for seg in sorted(new, key=lambda s: -s.base_offset):
+            seg.change_suffix(".swap")
+            self._step("renamed-swap")
+        self.storage.fsync_dir(self.directory)
+        self._step("all-swap")
+        old_ids = {id(s) for s in old}
+        for seg in sorted(old, key=lambda s: s.base_offset):
+            seg.change_suffix(".deleted")
+            self._pending_deletes.append((now + self.config.file_delete_delay_ms, seg))
+            self._step("renamed-deleted")
+        for seg in sorted(new, key=lambda s: s.base_offset):
+            seg.change_suffix("")
+            self._step("renamed-final")
+        self.storage.fsync_dir(self.directory)
+        kept = [s for s in self.segments if id(s) not in old_ids]
+        self.segments = sorted(kept + list(new), key=lambda s: s.base_offset)
+        self._bases = np.array([s.base_offset for s in self.segments], dtype=np.int64)
+        self._step("done")
+        self.delete_pending(now)
+
+    def delete_segments(self, segments: list[LogSegment], *, now: int | None = None) -> int:
+        """Remove the oldest ``segments`` (a prefix of the log), as retention does: the log
+        start offset moves to the first surviving segment, the files are renamed ``.deleted``
+        and removed after ``file.delete.delay.ms``.  If every segment goes, an empty active
+        segment is rolled first at the log end.  Returns the bytes removed."""
+        self._check_writable()
+        if not segments:
+            return 0
+        now = now_ms() if now is None else now
+        n = len(segments)
+        if [id(s) for s in self.segments[:n]] != [id(s) for s in segments]:
+            raise InvalidOffsetError("only a prefix of the log's segments can be deleted")
+        if n == len(self.segments):
+            if self.active.size == 0:
+                segments, n = segments[:-1], n - 1
+            else:
+                self.roll(now=now)
+        removed = sum(s.size for s in segments)
+        self.log_start_offset = max(self.log_start_offset, self.segments[n].base_offset)
+        self._step("log-start-advanced")
+        for seg in segments:
+            seg.change_suffix(".deleted")
+            self._pending_deletes.append((now + self.config.file_delete_delay_ms, seg))
+            self._step("renamed-deleted")
+        self.segments = self.segments[n:]
+        self._bases = np.array([s.base_offset for s in self.segments], dtype=np.int64)
+        self.storage.fsync_dir(self.directory)
+        self.delete_pending(now)
+        return removed
+
+    def delete_pending(self, now: int | None = None, *, force: bool = False) -> int:
+        """Physically delete ``.deleted`` segments whose delay has passed; returns how many."""
+        now = now_ms() if now is None else now
+        due = [(t, s) for t, s in self._pending_deletes if force or t <= now]
+        for _, seg in due:
+            seg.delete()
+        self._pending_deletes = [(t, s) for t, s in self._pending_deletes if not (force or t <= now)]
+        return len(due)
+
     def close(self) -> None:
         if not self.read_only and self._failed is None:
             self.flush()
@@ -412,6 +499,7 @@ class Log:
             )
         for seg in self.segments:
             seg.close_files()
+        self.delete_pending(force=True)
 
 
 def _jitter(base_offset: int, config: LogConfig) -> int:

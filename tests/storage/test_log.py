@@ -225,3 +225,49 @@ def test_arrow_table_append_and_read(tmp_path) -> None:  # type: ignore[no-untyp
     assert t.column("value").to_pylist() == [b"a", None, b"c"]
     assert t.column("key").to_pylist() == [b"x", b"y", None]
     assert t.column("timestamp").to_pylist() == [1, 2, 3]
+
+
+# --------------------------------------------------------------------------- segment replacement
+
+
+def test_replace_segments_swaps_and_defers_deletion(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from pylog.storage.segment import LogSegment
+
+    lg = open_log(tmp_path, **{"segment.bytes": 600, "file.delete.delay.ms": 1000})
+    for i in range(20):
+        lg.append(values(3, 3 * i, size=30), timestamp=i)
+    old = lg.segments[:3]
+    steps: list[str] = []
+    lg.step_hook = steps.append
+    # a "cleaned" replacement holding only the first batch of each old segment
+    new = LogSegment(lg.storage, lg.directory, old[0].base_offset, lg.config, suffix=".cleaned")
+    for seg in old:
+        first = next(seg.iter_batches(0))
+        h = first.headers.take(slice(0, 1))
+        new.append(first.data[: int(h.size[0])], h)
+    lg.replace_segments([new], old, now=0)
+    assert steps[0] == "cleaned-written" and steps[-1] == "done" and "all-swap" in steps
+    names = sorted(p.name for p in (tmp_path / DIR).iterdir())
+    assert any(n.endswith(".log.deleted") for n in names)  # readers of old files get the delay
+    assert not any(n.endswith((".cleaned", ".swap")) for n in names)
+    kept = lg.read_table().column("offset").to_pylist()
+    assert kept[:3] == [0, 1, 2] and len(kept) < 60
+    assert lg.delete_pending(now=999) == 0 and lg.delete_pending(now=1000) == 3
+    assert not any(p.name.endswith(".deleted") for p in (tmp_path / DIR).iterdir())
+
+
+def test_delete_segments_advances_log_start(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    lg = open_log(tmp_path, **{"segment.bytes": 600, "file.delete.delay.ms": 0})
+    for i in range(20):
+        lg.append(values(3, 3 * i, size=30), timestamp=i)
+    first_kept = lg.segments[2].base_offset
+    lg.delete_segments(lg.segments[:2], now=0)
+    assert lg.log_start_offset == first_kept
+    assert lg.read_table().column("offset").to_pylist()[0] == first_kept
+    with pytest.raises(OffsetOutOfRangeError):
+        lg.read(0)
+    leo = lg.log_end_offset
+    lg.delete_segments(list(lg.segments), now=0)  # everything: an empty active segment remains
+    assert lg.log_start_offset == leo == lg.log_end_offset and len(lg.segments) == 1
+    lg.append(values(1))
+    assert lg.read_table().column("offset").to_pylist() == [leo]
