@@ -124,3 +124,10 @@ def test_console_entry_point(tmp_path: Path) -> None:
         check=False,
     )
     assert proc.returncode == 1 and "no such file" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_repeated_files_option_accumulates(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = segment(tmp_path)
+    index = log.with_suffix(".index")
+    assert cli.main(["dump", "--files", str(index), "--verify-index-only", "--files", str(index)]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"Dumping {index}", f"Dumping {index}"]
