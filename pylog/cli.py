@@ -1,0 +1,171 @@
+"""The ``pylog`` command for operators: ``pylog <command> [options]``; ``--help`` everywhere.
+
+Each subcommand is one function registered with :func:`command`: it receives its
+``argparse`` parser, adds its arguments, and returns the function that runs it (taking the
+parsed arguments, returning the exit status).  Adding ``describe``, ``verify``,
+``create-topic``, ... is one more such function.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+Runner = Callable[[argparse.Namespace], int]
+Builder = Callable[[argparse.ArgumentParser], Runner]
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    help: str
+    description: str
+    build: Builder
+
+
+COMMANDS: dict[str, Command] = {}
+"""The registered subcommands, in the order they are listed by ``pylog --help``."""
+
+
+def command(name: str, help: str, description: str | None = None) -> Callable[[Builder], Builder]:
+    """Register the decorated builder as subcommand ``name``."""
+
+    def register(build: Builder) -> Builder:
+        if name in COMMANDS:
+            raise ValueError(f"subcommand {name!r} is registered twice")
+        COMMANDS[name] = Command(name, help, description or help, build)
+        return build
+
+    return register
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 0 <= value <= 2**31 - 1:
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2147483647], got {value}")
+    return value
+
+
+# ============================================================================ dump
+
+
+@command(
+    "dump",
+    "print the contents of segment files, as kafka-dump-log.sh does",
+    "Print .log, .index, .timeindex and .txnindex files in the output format of Kafka's "
+    "kafka-dump-log.sh (DumpLogSegments), and verify indexes against their .log. "
+    "Exit status 0 if every file was read and verified, 1 if a file is missing, unreadable or "
+    "corrupt (including batches whose CRC does not match and invalid bytes at the end of a "
+    ".log), or an index fails its sanity check or verification, 2 for bad arguments.",
+)
+def dump_command(parser: argparse.ArgumentParser) -> Runner:
+    parser.add_argument(
+        "--files",
+        required=True,
+        action="extend",
+        nargs="+",
+        metavar="FILE",
+        help="the segment files to dump (space or comma separated)",
+    )
+    parser.add_argument(
+        "--print-data-log",
+        action="store_true",
+        help="print each record's key and payload (decoded as UTF-8); implies --deep-iteration",
+    )
+    parser.add_argument(
+        "--verify-index-only",
+        action="store_true",
+        help="for index files, only report entries that do not match the .log",
+    )
+    parser.add_argument(
+        "--index-sanity-check",
+        action="store_true",
+        help="for index files, only run the sanity check a broker runs at startup",
+    )
+    parser.add_argument(
+        "--deep-iteration", action="store_true", help="print every record, not only the batches"
+    )
+    parser.add_argument(
+        "--max-bytes",
+        type=_non_negative_int,
+        default=2**31 - 1,
+        metavar="N",
+        help="read at most N bytes of each .log (default: all)",
+    )
+    parser.add_argument(
+        "--max-message-size",
+        type=_non_negative_int,
+        default=5 * 1024 * 1024,
+        metavar="N",
+        help="largest batch an .index entry may point at (default: 5242880)",
+    )
+    parser.add_argument(
+        "--skip-record-metadata",
+        action="store_true",
+        help="with --print-data-log, print only keys and payloads",
+    )
+
+    def run(args: argparse.Namespace) -> int:
+        from pylog.storage.dump import dump
+
+        files = [f for arg in args.files for f in arg.split(",") if f]
+        if not files:
+            print("pylog dump: error: --files names no file", file=sys.stderr)
+            return 2
+        return dump(
+            files,
+            print_data_log=args.print_data_log,
+            verify_index_only=args.verify_index_only,
+            index_sanity_check=args.index_sanity_check,
+            deep_iteration=args.deep_iteration,
+            max_bytes=args.max_bytes,
+            max_message_size=args.max_message_size,
+            skip_record_metadata=args.skip_record_metadata,
+        )
+
+    return run
+
+
+# ============================================================================ entry point
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Runner]]:
+    """The ``pylog`` parser with every registered subcommand, and each one's runner."""
+    parser = argparse.ArgumentParser(
+        prog="pylog", description="Operate pylog roots: Kafka-format segmented logs on plain storage."
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    runners: dict[str, Runner] = {}
+    for cmd in COMMANDS.values():
+        runners[cmd.name] = cmd.build(sub.add_parser(cmd.name, help=cmd.help, description=cmd.description))
+    return parser, runners
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``pylog``; returns the exit status (2 for bad arguments, as argparse does)."""
+    parser, runners = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help, or an argument error argparse has already reported
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return runners[args.command](args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # e.g. `pylog dump ... | head`
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
