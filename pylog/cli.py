@@ -132,6 +132,99 @@ def dump_command(parser: argparse.ArgumentParser) -> Runner:
     return run
 
 
+# ============================================================================ describe / verify
+
+
+def _open_read_only(path: str):  # type: ignore[no-untyped-def]
+    import pylog
+    from pylog.storage.errors import PylogError
+
+    if not os.path.isdir(path):
+        raise PylogError(f"{path}: no such directory")
+    return pylog.open(path, read_only=True)
+
+
+def _progress(enabled: bool) -> Callable[[str], None] | None:
+    """A one-line progress display on a terminal's stderr; nothing when piped."""
+    if not (enabled and sys.stderr.isatty()):
+        return None
+    count = [0]
+
+    def show(item: str) -> None:
+        count[0] += 1
+        sys.stderr.write(f"\r\033[K[{count[0]}] {item}"[:200])
+        sys.stderr.flush()
+
+    return show
+
+
+@command(
+    "describe",
+    "show the topics, partitions, segments, offsets and sizes of a root",
+    "Describe a pylog root (or a Kafka log directory): topics with their partition count and "
+    "config overrides, and per partition the log start and end offsets, segments and bytes. "
+    "Opens the root read-only: safe beside a running writer.",
+)
+def describe_command(parser: argparse.ArgumentParser) -> Runner:
+    parser.add_argument("root", help="the pylog root directory")
+    parser.add_argument("--json", action="store_true", help="print one JSON object, for scripts")
+
+    def run(args: argparse.Namespace) -> int:
+        import json
+
+        from pylog.storage.errors import PylogError
+        from pylog.storage.inspect import describe, format_describe
+
+        try:
+            info = describe(_open_read_only(args.root))
+        except PylogError as e:
+            print(f"pylog describe: error: {e}", file=sys.stderr)
+            return 1
+        print(json.dumps(info, indent=1) if args.json else format_describe(info))
+        return 0
+
+    return run
+
+
+@command(
+    "verify",
+    "validate every file of a root; exit status 1 if anything is wrong",
+    "Check every checkpoint file, every batch of every segment (CRC, sizes, records, offsets "
+    "increasing) and every index against its log, without modifying anything. Prints the "
+    "problems found; exit status 0 when there are none, 1 otherwise, 2 for bad arguments.",
+)
+def verify_command(parser: argparse.ArgumentParser) -> Runner:
+    parser.add_argument("root", help="the pylog root directory")
+    parser.add_argument("--json", action="store_true", help="print one JSON object, for scripts")
+
+    def run(args: argparse.Namespace) -> int:
+        import json
+
+        from pylog.storage.errors import PylogError
+        from pylog.storage.inspect import problems_as_json, verify
+
+        try:
+            problems, counts = verify(_open_read_only(args.root), progress=_progress(not args.json))
+        except PylogError as e:
+            print(f"pylog verify: error: {e}", file=sys.stderr)
+            return 1
+        if sys.stderr.isatty() and not args.json:
+            sys.stderr.write("\r\033[K")
+        if args.json:
+            print(json.dumps({"ok": not problems, "checked": counts, "problems": problems_as_json(problems)}))
+        else:
+            for p in problems:
+                print(f"{p.file}: {p.message}")
+            status = "OK" if not problems else f"{len(problems)} problem(s)"
+            print(
+                f"{status}: checked {counts['segments']} segments, {counts['batches']} batches, "
+                f"{counts['records']} records, {counts['bytes']:,} bytes"
+            )
+        return 0 if not problems else 1
+
+    return run
+
+
 # ============================================================================ entry point
 
 

@@ -272,7 +272,8 @@ class Root:
             if hi <= lo:
                 continue
             p = int(sorted_parts[lo])
-            sl = {k: (None if v is None else v[int(lo) : int(hi)]) for k, v in arrays.items()}
+            sl = {k: (v if v is None or isinstance(v, int | np.integer) else v[int(lo) : int(hi)])
+                  for k, v in arrays.items()}
             out[p] = self.writable_log(topic, p).append(
                 sl["value"], sl["key"], sl["timestamp"], sl["headers"], codec=codec
             )

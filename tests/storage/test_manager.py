@@ -151,3 +151,12 @@ def test_kafka_log_dir_without_metadata_opens(tmp_path: Path, entry: dict | None
     assert t.column("offset").to_pylist() == [e["offset"] for e in exp]
     assert t.column("value").to_pylist() == [b64(e["value_b64"]) for e in exp]
     assert t.column("key").to_pylist() == [b64(e["key_b64"]) for e in exp]
+
+
+def test_append_with_scalar_timestamp_and_keys(tmp_path: Path) -> None:
+    with pylog.open(tmp_path) as root:
+        root.create_topic("t", partitions=3)
+        root.append("t", [b"a", b"b", b"c"], key=[b"1", b"2", b"3"], timestamp=1234)
+        t = root.read_table("t")
+        assert sorted(t.column("value").to_pylist()) == [b"a", b"b", b"c"]
+        assert {ts.timestamp() for ts in t.column("timestamp").to_pylist()} == {1.234}
