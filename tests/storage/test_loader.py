@@ -284,3 +284,41 @@ def test_swap_completion_and_rollback(tmp_path: Path) -> None:
     again = reopen(tmp_path, recovery_point=0)
     assert not any(n.endswith((".swap", ".cleaned")) for n in files(tmp_path))
     assert rows(again.log) == rows(res.log)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_recovery_with_nonsense_from_a_random_record_to_eof(tmp_path: Path, seed: int) -> None:
+    """Kafka's testRecoveryWithCorruptMessage: garbage from a random position inside a random
+    batch to the end of the segment → only the batches before it remain."""
+    lg = write_log(tmp_path, 30)
+    seg = lg.segments[0]
+    before = rows(lg)
+    lg.close()
+    path = tmp_path / seg.log_path
+    data = path.read_bytes()
+    h = records.decode(data).batches
+    rng = random.Random(seed)
+    b = rng.randrange(len(h))
+    cut = int(h.position[b]) + rng.randrange(int(h.size[b]))
+    path.write_bytes(data[:cut] + rng.randbytes(len(data) - cut))
+    res = reopen(tmp_path, recovery_point=0)
+    kept = int(h.base_offset[b])
+    assert rows(res.log) == before[:kept]
+    assert res.recovery.truncated_file == seg.log_path
+
+
+def test_reopen_unclean_then_truncate(tmp_path: Path) -> None:
+    lg = write_log(tmp_path, 50, flush=False)
+    res = reopen(tmp_path, recovery_point=0)
+    res.log.truncate_to(3)
+    assert res.log.log_end_offset == 3 and len(res.log.segments) == 1
+    assert [o for o, _ in rows(res.log)] == [0, 1, 2]
+    del lg
+
+
+def test_recovery_point_is_not_advanced_by_recovery(tmp_path: Path) -> None:
+    lg = write_log(tmp_path, 40, flush=False)
+    res = reopen(tmp_path, recovery_point=10)
+    assert res.log.recovery_point == 10  # only a flush advances it
+    res.log.flush()
+    assert res.log.recovery_point == res.log.log_end_offset == 40

@@ -271,3 +271,67 @@ def test_delete_segments_advances_log_start(tmp_path) -> None:  # type: ignore[n
     assert lg.log_start_offset == leo == lg.log_end_offset and len(lg.segments) == 1
     lg.append(values(1))
     assert lg.read_table().column("offset").to_pylist() == [leo]
+
+
+def test_log_written_indexes_pass_kafka_dump_verification(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Indexes of every segment (rolled and active, after close) verify against their logs with
+    the dump tool's --verify-index-only and --index-sanity-check, as kafka-dump-log.sh would."""
+    import io
+
+    from pylog.storage.dump import dump
+
+    lg = open_log(tmp_path, **{"segment.bytes": 6000, "index.interval.bytes": 300})
+    for i in range(120):
+        lg.append(values(4, 4 * i, size=25), timestamp=1000 + (i * 7) % 50, codec=["none", "gzip"][i % 2])
+    lg.close()
+    assert len(lg.segments) > 3
+    files = [str(tmp_path / p) for s in lg.segments for p in (s.offset_index.path, s.time_index.path)]
+    for flag in ("verify_index_only", "index_sanity_check"):
+        out, err = io.StringIO(), io.StringIO()
+        assert dump(files, **{flag: True}, out=out, err=err) == 0, err.getvalue()
+        assert "Mismatches" not in out.getvalue() + err.getvalue()
+    assert sum(len(s.offset_index) for s in lg.segments) > 20
+
+
+def test_reader_during_frequent_rolls_sees_only_complete_batches_in_order(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Kafka's LogConcurrencyTest with tiny segments: one thread appends while another reads
+    up to the log end; every batch read is complete and offsets arrive in order."""
+    import threading
+
+    lg = open_log(tmp_path, **{"segment.bytes": 237 * 2})
+    n = 400
+    errors: list[BaseException] = []
+    seen: list[int] = []
+
+    def writer() -> None:
+        try:
+            for i in range(n):
+                lg.append([b"r%04d" % i], timestamp=i)
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    nxt = 0
+    while t.is_alive() or nxt < lg.log_end_offset:
+        end = lg.log_end_offset
+        if nxt < end:
+            got = lg.read_table(nxt, end).column("offset").to_pylist()
+            assert got == list(range(nxt, end))
+            seen.extend(got)
+            nxt = end
+    t.join()
+    assert not errors and seen == list(range(n))
+    assert len(lg.segments) > 20
+
+
+def test_roll_rules_and_close_idempotent(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    lg = open_log(tmp_path)
+    lg.append(values(5))
+    seg = lg.roll()
+    assert seg.base_offset == 5 and lg.roll() is seg  # rolling an empty active segment is a no-op
+    assert lg.roll(base_offset=2).base_offset == 5  # never below the log end
+    lg.close()
+    lg.close()
+    again = open_log(tmp_path)
+    assert again.log_end_offset == 5
