@@ -317,7 +317,7 @@ def test_reopen_unclean_then_truncate(tmp_path: Path) -> None:
 
 
 def test_recovery_point_is_not_advanced_by_recovery(tmp_path: Path) -> None:
-    lg = write_log(tmp_path, 40, flush=False)
+    write_log(tmp_path, 40, flush=False)
     res = reopen(tmp_path, recovery_point=10)
     assert res.log.recovery_point == 10  # only a flush advances it
     res.log.flush()
