@@ -227,6 +227,8 @@ def verify_command(parser: argparse.ArgumentParser) -> Runner:
 
 # ============================================================================ entry point
 
+from pylog import cli_data  # noqa: E402, F401 - registers create-topic, produce, consume, recover
+
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Runner]]:
     """The ``pylog`` parser with every registered subcommand, and each one's runner."""
@@ -260,5 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+if __name__ == "__main__":  # pragma: no cover - `python -m pylog.cli`: use the registered module
+    from pylog.cli import main as _registered_main
+
+    sys.exit(_registered_main())

@@ -1,0 +1,396 @@
+"""``pylog`` subcommands that create topics and move records: create-topic, produce,
+consume, recover.  Registered with :func:`pylog.cli.command` on import.
+
+Record lines (``--format jsonl``, the default) are one JSON object per record::
+
+    {"key": "user-1", "value": "{\\"n\\": 1}", "headers": [["source", "web"]],
+     "timestamp": 1700000000000, "partition": 0}
+
+Text fields are UTF-8; binary data that is not valid UTF-8 goes in ``key_b64`` / ``value_b64``
+(and header values as ``{"b64": "..."}``), so any record survives ``produce`` → ``consume``
+exactly.  ``--format kv`` reads ``key<TAB>value`` lines (like
+``kafka-console-producer --property parse.key=true``) and ``--format value`` plain values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any, TextIO
+
+import numpy as np
+import pyarrow as pa
+
+from pylog.cli import Runner, command
+
+FORMATS = ("jsonl", "kv", "value")
+
+
+def _open(path: str, *, read_only: bool):  # type: ignore[no-untyped-def]
+    import pylog
+
+    return pylog.open(path, read_only=read_only)
+
+
+def _fail(cmd: str, message: object) -> int:
+    print(f"pylog {cmd}: error: {message}", file=sys.stderr)
+    return 1
+
+
+# ============================================================================ create-topic
+
+
+def _config_pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (a Kafka topic config), got {text!r}")
+    return key.strip(), value.strip()
+
+
+@command("create-topic", "create a topic with partitions and Kafka topic configs")
+def create_topic_command(parser: argparse.ArgumentParser) -> Runner:
+    parser.add_argument("root", help="the pylog root directory (created if missing)")
+    parser.add_argument("topic", help="topic name: [a-zA-Z0-9._-], at most 249 characters")
+    parser.add_argument("--partitions", type=int, default=1, help="number of partitions (default 1)")
+    parser.add_argument(
+        "--config",
+        action="append",
+        type=_config_pair,
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Kafka topic config, e.g. cleanup.policy=compact (repeatable)",
+    )
+    parser.add_argument("--if-not-exists", action="store_true", help="succeed if the topic exists")
+
+    def run(args: argparse.Namespace) -> int:
+        from pylog.storage.errors import PylogError
+
+        try:
+            with _open(args.root, read_only=False) as root:
+                root.create_topic(args.topic, args.partitions, dict(args.config), exist_ok=args.if_not_exists)
+        except PylogError as e:
+            return _fail("create-topic", e)
+        print(
+            f"created topic {args.topic} with {args.partitions} partition(s) in {args.root}", file=sys.stderr
+        )
+        return 0
+
+    return run
+
+
+# ============================================================================ produce
+
+
+def _text_or_b64(obj: dict[str, Any], name: str, line_no: int) -> bytes | None:
+    if f"{name}_b64" in obj:
+        raw = obj[f"{name}_b64"]
+        return None if raw is None else base64.b64decode(raw, validate=True)
+    v = obj.get(name)
+    if v is None:
+        return None
+    if not isinstance(v, str):
+        v = json.dumps(v)  # a JSON object/number value is stored as its JSON text
+    return v.encode()
+
+
+def _headers(raw: Any, line_no: int) -> list[tuple[str, bytes | None]]:
+    if raw is None:
+        return []
+    items = raw.items() if isinstance(raw, dict) else raw
+    out = []
+    for item in items:
+        k, v = item
+        if isinstance(v, dict):
+            v = base64.b64decode(v["b64"], validate=True)
+        elif isinstance(v, str):
+            v = v.encode()
+        elif v is not None:
+            raise ValueError(f'line {line_no}: header {k!r} must be a string, null or {{"b64": ...}}')
+        out.append((str(k), v))
+    return out
+
+
+def parse_lines(lines: Iterable[str], fmt: str, separator: str) -> Iterator[dict[str, Any]]:
+    """Records from input lines; raises ValueError naming the line on bad input."""
+    for n, line in enumerate(lines, 1):
+        line = line.rstrip("\n").rstrip("\r")
+        if not line and fmt != "value":
+            continue
+        if fmt == "value":
+            yield {"value": line.encode()}
+        elif fmt == "kv":
+            key, sep, value = line.partition(separator)
+            if not sep:
+                raise ValueError(f"line {n}: no {separator!r} separating key and value")
+            yield {"key": key.encode(), "value": value.encode()}
+        else:
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"line {n}: not JSON: {e.msg} at column {e.colno}") from e
+            if not isinstance(obj, dict):
+                raise ValueError(f"line {n}: expected a JSON object")
+            try:
+                rec = {
+                    "key": _text_or_b64(obj, "key", n),
+                    "value": _text_or_b64(obj, "value", n),
+                    "headers": _headers(obj.get("headers"), n),
+                }
+            except (ValueError, KeyError, TypeError) as e:
+                raise ValueError(f"line {n}: {e}") from e
+            if "timestamp" in obj:
+                rec["timestamp"] = int(obj["timestamp"])
+            if "partition" in obj:
+                rec["partition"] = int(obj["partition"])
+            yield rec
+
+
+def _to_table(recs: list[dict[str, Any]], now: int) -> pa.Table:
+    from pylog.storage.records import HEADER_TYPE
+
+    return pa.table(
+        {
+            "key": pa.array([r.get("key") for r in recs], pa.binary()),
+            "value": pa.array([r.get("value") for r in recs], pa.binary()),
+            "timestamp": pa.array([r.get("timestamp", now) for r in recs], pa.int64()),
+            "headers": pa.array(
+                [[{"key": k, "value": v} for k, v in r.get("headers", [])] for r in recs],
+                pa.list_(HEADER_TYPE),
+            ),
+        }
+    )
+
+
+@command("produce", "append records read from stdin or a file (JSON lines, key/value or values)")
+def produce_command(parser: argparse.ArgumentParser) -> Runner:
+    parser.add_argument("root", help="the pylog root directory")
+    parser.add_argument("topic", help="an existing topic")
+    parser.add_argument("--file", help="read records from this file instead of stdin")
+    parser.add_argument("--format", choices=FORMATS, default="jsonl", help="input format (default jsonl)")
+    parser.add_argument("--separator", default="\t", help="key/value separator for --format kv (default TAB)")
+    parser.add_argument("--partition", type=int, help="send every record to this partition")
+    parser.add_argument("--batch", type=int, default=10_000, help="records per append (default 10000)")
+
+    def run(args: argparse.Namespace) -> int:
+        from pylog.storage.errors import PylogError
+
+        src: TextIO = open(args.file, encoding="utf-8") if args.file else sys.stdin  # noqa: SIM115
+        total = 0
+        try:
+            with _open(args.root, read_only=False) as root:
+                root.partitions(args.topic)  # unknown topic: fail before reading input
+                pending: list[dict[str, Any]] = []
+                for rec in parse_lines(src, args.format, args.separator):
+                    pending.append(rec)
+                    if len(pending) >= args.batch:
+                        total += _flush(root, args, pending)
+                total += _flush(root, args, pending)
+        except (PylogError, ValueError, OSError) as e:
+            return _fail("produce", f"{e} ({total} records were appended before the error)")
+        finally:
+            if args.file:
+                src.close()
+        print(f"appended {total} records to {args.topic}", file=sys.stderr)
+        return 0
+
+    return run
+
+
+def _flush(root: Any, args: argparse.Namespace, pending: list[dict[str, Any]]) -> int:
+    if not pending:
+        return 0
+    now = int(time.time() * 1000)
+    by_part: dict[int | None, list[dict[str, Any]]] = {}
+    for r in pending:
+        by_part.setdefault(args.partition if args.partition is not None else r.get("partition"), []).append(r)
+    for part, recs in by_part.items():
+        root.append(args.topic, _to_table(recs, now), partition=part)
+    n = len(pending)
+    pending.clear()
+    return n
+
+
+# ============================================================================ consume
+
+
+def _utf8_or_b64(out: dict[str, Any], name: str, value: bytes | None) -> None:
+    if value is None:
+        out[name] = None
+        return
+    try:
+        out[name] = value.decode("utf-8")
+    except UnicodeDecodeError:
+        out[f"{name}_b64"] = base64.b64encode(value).decode()
+
+
+def format_record(row: dict[str, Any], fmt: str, separator: str) -> str:
+    if fmt == "value":
+        return (row["value"] or b"").decode("utf-8", "replace")
+    if fmt == "kv":
+        return (
+            f"{(row['key'] or b'').decode('utf-8', 'replace')}{separator}"
+            f"{(row['value'] or b'').decode('utf-8', 'replace')}"
+        )
+    out: dict[str, Any] = {
+        "topic": row["topic"],
+        "partition": row["partition"],
+        "offset": row["offset"],
+        "timestamp": row["timestamp"],
+        "timestampType": row["timestampType"],
+    }
+    _utf8_or_b64(out, "key", row["key"])
+    _utf8_or_b64(out, "value", row["value"])
+    headers = []
+    for h in row["headers"] or []:
+        v = h["value"]
+        try:
+            headers.append([h["key"], None if v is None else v.decode("utf-8")])
+        except UnicodeDecodeError:
+            headers.append([h["key"], {"b64": base64.b64encode(v).decode()}])
+    out["headers"] = headers
+    return json.dumps(out, ensure_ascii=False)
+
+
+@command("consume", "print records from an offset or timestamp; --follow waits for new ones")
+def consume_command(parser: argparse.ArgumentParser) -> Runner:
+    parser.add_argument("root", help="the pylog root directory")
+    parser.add_argument("topic", help="the topic to read")
+    parser.add_argument("--partition", type=int, action="append", help="only these partitions (repeatable)")
+    start = parser.add_mutually_exclusive_group()
+    start.add_argument("--from-beginning", action="store_true", help="start at the log start (default)")
+    start.add_argument("--offset", type=int, help="start at this offset in every partition")
+    start.add_argument(
+        "--from-timestamp",
+        type=int,
+        metavar="MS",
+        help="start at the first record with timestamp >= MS (epoch milliseconds)",
+    )
+    start.add_argument("--from-end", action="store_true", help="start at the log end (with --follow)")
+    parser.add_argument("--max-messages", type=int, help="stop after this many records")
+    parser.add_argument("--follow", action="store_true", help="keep waiting for new records (Ctrl-C stops)")
+    parser.add_argument("--poll-interval", type=float, default=0.5, help="seconds between polls (--follow)")
+    parser.add_argument("--format", choices=FORMATS, default="jsonl", help="output format (default jsonl)")
+    parser.add_argument("--separator", default="\t", help="key/value separator for --format kv")
+
+    def run(args: argparse.Namespace) -> int:
+        from pylog.storage.errors import PylogError
+
+        try:
+            return _consume(args)
+        except PylogError as e:
+            return _fail("consume", e)
+
+    return run
+
+
+def _starting_offsets(root: Any, args: argparse.Namespace, parts: list[int]) -> dict[int, int]:
+    out = {}
+    for p in parts:
+        lg = root.log(args.topic, p)
+        if args.offset is not None:
+            out[p] = min(max(args.offset, lg.log_start_offset), lg.log_end_offset)
+        elif args.from_timestamp is not None:
+            hit = lg.offset_for_timestamp(args.from_timestamp)
+            out[p] = lg.log_end_offset if hit is None else hit.offset
+        elif args.from_end:
+            out[p] = lg.log_end_offset
+        else:
+            out[p] = lg.log_start_offset
+    return out
+
+
+def _consume(args: argparse.Namespace) -> int:
+    root = _open(args.root, read_only=True)
+    n_parts = root.partitions(args.topic)
+    parts = args.partition or list(range(n_parts))
+    for p in parts:
+        if not 0 <= p < n_parts:
+            return _fail(
+                "consume", f"partition {p} is out of range for topic {args.topic!r} (0..{n_parts - 1})"
+            )
+    positions = _starting_offsets(root, args, parts)
+    printed = 0
+    limit = args.max_messages
+    try:
+        while True:
+            for p in parts:
+                table = root.read_table(args.topic, [p], start_offset=positions[p])
+                if table.num_rows == 0:
+                    continue
+                if limit is not None:
+                    table = table.slice(0, max(0, limit - printed))
+                for row in _rows(table):
+                    print(format_record(row, args.format, args.separator))
+                printed += table.num_rows
+                positions[p] = int(table.column("offset")[-1].as_py()) + 1 if table.num_rows else positions[p]
+                if limit is not None and printed >= limit:
+                    return 0
+            if not args.follow:
+                return 0
+            sys.stdout.flush()
+            time.sleep(args.poll_interval)
+            root.close()
+            root = _open(args.root, read_only=True)  # see what the writer appended since
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        print(f"consumed {printed} records", file=sys.stderr)
+
+
+def _rows(table: pa.Table) -> Iterator[dict[str, Any]]:
+    ts = table.column("timestamp").cast(pa.int64()).to_numpy()
+    cols = {
+        name: table.column(name).to_pylist()
+        for name in ("key", "value", "topic", "partition", "offset", "timestampType", "headers")
+    }
+    for i in range(table.num_rows):
+        row = {k: v[i] for k, v in cols.items()}
+        row["timestamp"] = int(ts[i]) if isinstance(ts[i], np.integer) else ts[i]
+        yield row
+
+
+# ============================================================================ recover
+
+
+@command("recover", "take the writer lock and recover every log after an unclean stop")
+def recover_command(parser: argparse.ArgumentParser) -> Runner:
+    parser.add_argument("root", help="the pylog root directory")
+    parser.add_argument("--json", action="store_true", help="print one JSON object, for scripts")
+
+    def run(args: argparse.Namespace) -> int:
+        from dataclasses import asdict
+
+        from pylog.storage.errors import PylogError
+
+        try:
+            with _open(args.root, read_only=False) as root:
+                root._ensure_writer()
+                for topic in root.topics():
+                    for p in range(root.partitions(topic)):
+                        root.log(topic, p)
+                report = [asdict(r) | {"lost_bytes": r.lost_bytes} for r in root.recoveries]
+        except PylogError as e:
+            return _fail("recover", e)
+        if args.json:
+            print(json.dumps({"logs": report}))
+        else:
+            lost = [r for r in report if r["lost_bytes"]]
+            for r in report:
+                if r["lost_bytes"] or r["rebuilt_indexes"] or r["removed_files"] or r["completed_swaps"]:
+                    print(
+                        f"{r['directory']}: lost {r['lost_bytes']} bytes; rebuilt indexes of "
+                        f"{len(r['rebuilt_indexes'])} segments; removed {len(r['removed_files'])} files; "
+                        f"completed {len(r['completed_swaps'])} swaps"
+                    )
+            print(
+                f"recovered {len(report)} logs; {len(lost)} lost data (see above)"
+                if lost
+                else f"recovered {len(report)} logs; nothing lost"
+            )
+        return 0
+
+    return run
