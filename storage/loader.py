@@ -47,6 +47,7 @@ class Recovery:
     truncated_bytes: int = 0
     deleted_segments: list[str] = field(default_factory=list)
     deleted_bytes: int = 0
+    unpublished_bytes: int = 0  # past the high watermark: written by a publish that never completed
 
     @property
     def lost_bytes(self) -> int:

@@ -81,6 +81,8 @@ class Log:
         self._last_flush_ms = now_ms()
         self._failed: BaseException | None = None
         self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self.high_watermark: int | None = None
+        """End of acknowledged data (set by the log manager); readers never go beyond it."""
         self.step_hook: Callable[[str], None] | None = None
         """Called with the name of each step of a multi-step change (crash-point tests)."""
 
@@ -98,7 +100,12 @@ class Log:
 
     @property
     def log_end_offset(self) -> int:
-        return self.active.read_next_offset()
+        """The offset after the last record; for a read-only log, capped at the high watermark
+        (the end of acknowledged data, see :mod:`publish`)."""
+        leo = self.active.read_next_offset()
+        if self.read_only and self.high_watermark is not None:
+            return min(leo, self.high_watermark)
+        return leo
 
     @property
     def size(self) -> int:

@@ -23,16 +23,18 @@ import json
 import logging
 import os
 import re
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from pylog.storage import checkpoint as ckpt
+from pylog.storage import publish as pub
 from pylog.storage import records
 from pylog.storage.config import LogConfig, validate_topic_name
-from pylog.storage.errors import ConfigError, PylogError
+from pylog.storage.errors import ConfigError, LogLockedError, PylogError
 from pylog.storage.fs import LocalStorage, Storage
 from pylog.storage.loader import Recovery, load_log
 from pylog.storage.log import AppendInfo, Log
@@ -68,9 +70,10 @@ def partition_dir(topic: str, partition: int) -> str:
 class Root:
     """Topics under one directory.  Use :func:`pylog.open`."""
 
-    def __init__(self, storage: Storage, *, read_only: bool = False):
+    def __init__(self, storage: Storage, *, read_only: bool = False, lock_timeout: float = 0.0):
         self.storage = storage
         self.read_only = read_only
+        self.lock_timeout = lock_timeout
         self._logs: dict[tuple[str, int], Log] = {}
         self._writer: contextlib.ExitStack | None = None
         self._had_clean_shutdown = False
@@ -78,6 +81,9 @@ class Root:
         self._start_offsets: dict[tuple[str, int], int] = {}
         self.recoveries: list[Recovery] = []
         self._meta = self._read_meta()
+        self._state = pub.read_state(storage)
+        self.step_hook: Callable[[str], None] | None = None
+        """Called with the name of each step of a publish (crash-point tests)."""
         self._round_robin = 0
 
     # ------------------------------------------------------------------ metadata
@@ -144,6 +150,9 @@ class Root:
             self.storage.makedirs(partition_dir(name, p))
         self._meta[name] = {"partitions": partitions, "config": _explicit(cfg)}
         self._write_meta()
+        for p in range(partitions):
+            self._state.high_watermarks[(name, p)] = self.log(name, p).log_end_offset
+        pub.write_state(self.storage, self._state)
 
     def alter_config(self, topic: str, config: Mapping[str, Any]) -> None:
         """Merge Kafka topic configs into ``topic``'s configuration."""
@@ -165,12 +174,21 @@ class Root:
         if self.read_only:
             raise PylogError(f"{self.storage.describe()} was opened read-only")
         stack = contextlib.ExitStack()
-        stack.enter_context(self.storage.lock(LOCK_FILE))
+        deadline = time.monotonic() + self.lock_timeout
+        while True:  # writers (e.g. two streaming queries) take turns; wait up to lock_timeout
+            try:
+                stack.enter_context(self.storage.lock(LOCK_FILE))
+                break
+            except LogLockedError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.02)
         self._had_clean_shutdown = self.storage.exists(CLEAN_SHUTDOWN)
         self.storage.delete(CLEAN_SHUTDOWN)  # a crash from here on is an unclean shutdown
         self.storage.fsync_dir("")
         self._recovery_points = ckpt.read_offsets(self.storage, ckpt.RECOVERY_POINT)
         self._start_offsets = ckpt.read_offsets(self.storage, ckpt.LOG_START_OFFSET)
+        self._state = pub.read_state(self.storage)
         for lg in self._logs.values():  # logs opened by a reader are reopened as the writer
             lg.close()
         self._logs.clear()
@@ -194,9 +212,21 @@ class Root:
                 had_clean_shutdown=self._had_clean_shutdown or not writer,
                 read_only=not writer,
             )
+            lg = result.log
+            lg.high_watermark = self._state.high_watermarks.get(key)
             if writer:
+                hw = lg.high_watermark
+                if hw is not None and lg.log_end_offset > hw:
+                    # written by a publish that never completed: never visible, so roll it back
+                    result.recovery.unpublished_bytes = lg.truncate_to(hw)
+                    log.warning(
+                        "%s: removed %d unacknowledged bytes past the high watermark %d",
+                        lg.directory,
+                        result.recovery.unpublished_bytes,
+                        hw,
+                    )
                 self.recoveries.append(result.recovery)
-            lg = self._logs[key] = result.log
+            self._logs[key] = lg
         return lg
 
     def writable_log(self, topic: str, partition: int) -> Log:
@@ -272,12 +302,81 @@ class Root:
             if hi <= lo:
                 continue
             p = int(sorted_parts[lo])
-            sl = {k: (v if v is None or isinstance(v, int | np.integer) else v[int(lo) : int(hi)])
-                  for k, v in arrays.items()}
+            sl = {
+                k: (v if v is None or isinstance(v, int | np.integer) else v[int(lo) : int(hi)])
+                for k, v in arrays.items()
+            }
             out[p] = self.writable_log(topic, p).append(
                 sl["value"], sl["key"], sl["timestamp"], sl["headers"], codec=codec
             )
+        self._acknowledge([(topic, p) for p in out])
         return out
+
+    def _acknowledge(self, keys: list[tuple[str, int]], sink: tuple[str, int] | None = None) -> None:
+        """Make appended data durable and visible: fsync, then move the high watermarks (and
+        record a sink's batch) in one atomic replacement of the state file."""
+        for key in keys:
+            self._logs[key].flush()
+        self._step("flushed")
+        for key in keys:
+            self._state.high_watermarks[key] = self._logs[key].log_end_offset
+        if sink is not None:
+            self._state.sinks[sink[0]] = sink[1]
+        pub.write_state(self.storage, self._state)
+        self._step("state-written")
+
+    def _step(self, name: str) -> None:
+        if self.step_hook is not None:
+            self.step_hook(name)
+
+    # ------------------------------------------------------------------ exactly-once publish
+
+    def last_committed_batch(self, sink_id: str) -> int:
+        """The last batch id ``sink_id`` published (-1 if none)."""
+        return pub.read_state(self.storage).sinks.get(pub.validate_sink_id(sink_id), -1)
+
+    def publish(
+        self, sink_id: str, batch_id: int, staged: list[pub.StagedFile]
+    ) -> dict[tuple[str, int], AppendInfo] | None:
+        """Publish staged batches as batch ``batch_id`` of ``sink_id``, exactly once.
+
+        Returns what was appended per (topic, partition), or None when this batch (or a later
+        one) was already published by this sink: a replay, which is skipped.  Staged files of
+        this sink up to ``batch_id`` are removed either way.  Files are appended in a
+        deterministic order (topic, partition, file name), offsets assigned by each log."""
+        pub.validate_sink_id(sink_id)
+        self._ensure_writer()
+        self._state = pub.read_state(self.storage)
+        topics = sorted({f.topic for f in staged})
+        if batch_id <= self._state.sinks.get(sink_id, -1):
+            self.sweep_staged(sink_id, batch_id, topics)
+            return None
+        out: dict[tuple[str, int], AppendInfo] = {}
+        groups: dict[tuple[str, int], list[str]] = {}
+        for f in sorted(staged, key=lambda f: (f.topic, f.partition, f.name)):
+            groups.setdefault((f.topic, f.partition), []).append(f.name)
+        for (topic, p), names in groups.items():
+            data = b"".join(self.storage.read(f"{partition_dir(topic, p)}/{n}") for n in names)
+            if data:
+                out[(topic, p)] = self.writable_log(topic, p).append_batches(data, assign_offsets=True)
+            self._step("appended")
+        self._acknowledge(list(out), sink=(sink_id, batch_id))
+        self.sweep_staged(sink_id, batch_id, topics)
+        return out
+
+    def sweep_staged(self, sink_id: str, up_to_batch: int, topics: list[str] | None = None) -> int:
+        """Delete staged files of ``sink_id`` for batches <= ``up_to_batch`` (committed,
+        replayed or abandoned attempts); returns how many were removed."""
+        removed = 0
+        for topic in self.topics() if topics is None else topics:
+            for p in range(self.partitions(topic)):
+                d = partition_dir(topic, p)
+                for name in self.storage.listdir(d):
+                    parsed = pub.parse_stage_name(name)
+                    if parsed and parsed[0] == sink_id and parsed[1] <= up_to_batch:
+                        self.storage.delete(f"{d}/{name}")
+                        removed += 1
+        return removed
 
     def read_table(
         self,
@@ -383,12 +482,19 @@ def _take(col: Any, indices: pa.Array, n: int) -> Any:
 
 
 def open_root(
-    path: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None, *, read_only: bool = False
+    path: str | os.PathLike[str],
+    storage_options: Mapping[str, Any] | None = None,
+    *,
+    read_only: bool = False,
+    lock_timeout: float = 0.0,
 ) -> Root:
-    """Open (creating if needed) a pylog root at a local path."""
+    """Open (creating if needed) a pylog root at a local path.
+
+    Reading needs no lock.  The first write takes the root's writer lock; with
+    ``lock_timeout`` > 0 it waits that many seconds for another writer to finish."""
     text = os.fspath(path)
     if "://" in text and not text.startswith("file://"):
         raise PylogError(f"{text}: object-store roots are not supported yet (local paths and file:// only)")
     if text.startswith("file://"):
         text = text[len("file://") :]
-    return Root(LocalStorage(text, create=not read_only), read_only=read_only)
+    return Root(LocalStorage(text, create=not read_only), read_only=read_only, lock_timeout=lock_timeout)
