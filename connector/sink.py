@@ -1,0 +1,430 @@
+"""The pylog sink: ``df.writeStream.format("pylog")`` (exactly-once) and ``df.write.format("pylog")``.
+
+Column contract (Spark's Kafka sink): ``value`` (binary or string) is required; ``key``
+(binary or string), ``topic`` (string), ``partition`` (int), ``headers``
+(array<struct<key: string, value: binary>>) and ``timestamp`` (timestamp) are optional.  The
+``topic`` option overrides the column.  Records without a partition go to Kafka's murmur2
+partition of their key; records with a null key go to one partition per task (sticky, as
+Kafka's producer does per batch), chosen from the task's partition id.
+
+Protocol (see ``storage/publish.py``): each executor task encodes its rows into record batches
+and *stages* them next to the target logs; the driver's ``commit(messages, batchId)`` publishes
+the staged files in a deterministic order and atomically records ``(sink, batchId)`` with the
+new high watermarks, so a replayed batch is skipped and a crash mid-publish leaves nothing
+visible.  The sink's identity is derived from the query's checkpoint location.
+
+Options: ``path`` (required), ``topic``, ``partitions`` (create missing topics with this many
+partitions), any Kafka topic config by its name (``cleanup.policy``, ``segment.bytes``, ...: used
+when a topic is created), ``compression.type`` (none, gzip, snappy, lz4, zstd; default: the
+topic's), ``batch.size`` (target bytes per record batch, default 1 MiB), ``lockTimeoutMs``
+(how long a commit waits for another writer, default 60000), ``maintenance`` (true/false,
+default true) and ``maintenance.budgetMs`` (default 2000) for the compaction and retention that
+run after each publish.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from pylog.storage import publish as pub
+from pylog.storage import records
+from pylog.storage.config import LogConfig
+from pylog.storage.errors import ConfigError
+from pylog.storage.manager import Root, partition_dir
+from pylog.storage.partitioner import partition_for_keys
+
+SINK_OPTIONS = {
+    "path",
+    "topic",
+    "partitions",
+    "compression.type",
+    "batch.size",
+    "locktimeoutms",
+    "maintenance",
+    "maintenance.budgetms",
+    "checkpointlocation",
+    "queryname",
+}
+_BINARY_OR_STRING = (BinaryType, StringType)
+
+
+class SinkSchemaError(ConfigError):
+    """The DataFrame written does not follow the pylog/Kafka sink column contract."""
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    path: str
+    topic: str | None
+    partitions: int | None
+    topic_config: dict[str, str]
+    codec: str | None
+    batch_bytes: int
+    lock_timeout_s: float
+    maintenance: bool
+    maintenance_budget_ms: int
+    storage_options: dict[str, str] = field(default_factory=dict)
+    sink_id: str = ""
+
+
+def parse_sink_options(raw: Mapping[str, str], *, streaming: bool) -> SinkOptions:
+    opts = {str(k).lower(): str(v) for k, v in raw.items()}
+    path = opts.get("path", "").strip()
+    if not path:
+        raise ConfigError('option path is required: .option("path", "/data/logs") or .save("/data/logs")')
+    storage = {k[len("storage.") :]: v for k, v in opts.items() if k.startswith("storage.")}
+    topic_config: dict[str, str] = {}
+    valid = set(LogConfig.valid_keys())
+    unknown = []
+    for k, v in opts.items():
+        if k in SINK_OPTIONS or k.startswith("storage."):
+            continue
+        if k in valid:
+            topic_config[k] = v
+        else:
+            unknown.append(k)
+    if unknown:
+        raise ConfigError(
+            f"unknown pylog sink option(s) {sorted(unknown)}; valid: {sorted(SINK_OPTIONS - {'checkpointlocation', 'queryname'})}"
+            f", storage.* and Kafka topic configs ({', '.join(sorted(valid)[:6])}, ...)"
+        )
+    LogConfig.from_dict(topic_config)  # validate now, before any byte is written
+    partitions = _int_option(opts, "partitions", 1, 1 << 20)
+    codec = opts.get("compression.type")
+    if codec is not None:
+        from pylog.storage.compression import codec_id
+
+        codec_id(codec.replace("uncompressed", "none"))
+    if streaming and not opts.get("checkpointlocation"):
+        sink_id = "q" + uuid.uuid4().hex[:20]
+    else:
+        basis = opts.get("checkpointlocation") or uuid.uuid4().hex
+        sink_id = "q" + hashlib.sha256(basis.encode()).hexdigest()[:24]
+    return SinkOptions(
+        path=path,
+        topic=opts.get("topic") or None,
+        partitions=partitions,
+        topic_config=topic_config,
+        codec=codec,
+        batch_bytes=_int_option(opts, "batch.size", 1 << 10, 1 << 30) or records.DEFAULT_BATCH_BYTES,
+        lock_timeout_s=(_int_option(opts, "locktimeoutms", 0, 1 << 40) or 60_000) / 1000.0,
+        maintenance=opts.get("maintenance", "true").strip().lower() != "false",
+        maintenance_budget_ms=_int_option(opts, "maintenance.budgetms", 0, 1 << 40) or 2000,
+        storage_options=storage,
+        sink_id=sink_id,
+    )
+
+
+def _int_option(opts: Mapping[str, str], name: str, lo: int, hi: int) -> int | None:
+    if name not in opts:
+        return None
+    try:
+        v = int(opts[name])
+    except ValueError:
+        raise ConfigError(f"option {name}: {opts[name]!r} is not an integer; expected {lo}..{hi}") from None
+    if not lo <= v <= hi:
+        raise ConfigError(f"option {name}: {v} is out of range; expected {lo}..{hi}")
+    return v
+
+
+def check_schema(schema: StructType, opts: SinkOptions) -> None:
+    """Spark's Kafka sink column contract, checked on the driver before any task runs."""
+    fields = {f.name: f.dataType for f in schema.fields}
+
+    def need(name: str, ok: tuple[type[DataType], ...], what: str) -> None:
+        if name in fields and not isinstance(fields[name], ok):
+            raise SinkSchemaError(f"column {name!r} must be {what}, not {fields[name].simpleString()}")
+
+    if "value" not in fields:
+        raise SinkSchemaError(
+            f"the DataFrame needs a 'value' column (binary or string); it has {sorted(fields)}"
+        )
+    need("value", _BINARY_OR_STRING, "binary or string")
+    need("key", _BINARY_OR_STRING, "binary or string")
+    need("topic", (StringType,), "string")
+    need("partition", (IntegerType, LongType), "int")
+    need("timestamp", (TimestampType, TimestampNTZType, LongType), "timestamp")
+    if "headers" in fields:
+        h = fields["headers"]
+        ok = (
+            isinstance(h, ArrayType)
+            and isinstance(h.elementType, StructType)
+            and [f.name for f in h.elementType.fields] == ["key", "value"]
+            and isinstance(h.elementType.fields[0].dataType, StringType)
+            and isinstance(h.elementType.fields[1].dataType, BinaryType)
+        )
+        if not ok:
+            raise SinkSchemaError(
+                f"column 'headers' must be array<struct<key:string,value:binary>>, not {h.simpleString()}"
+            )
+    if opts.topic is None and "topic" not in fields:
+        raise SinkSchemaError(
+            "no topic: set .option(\"topic\", ...) or add a string column 'topic' to the DataFrame"
+        )
+
+
+def prepare_topics(opts: SinkOptions) -> None:
+    """Check (or, with the ``partitions`` option, create) the target topic on the driver."""
+    if opts.topic is None:
+        return
+    root = _open(opts, read_only=True)
+    try:
+        if opts.topic in root.topics():
+            return
+        if opts.partitions is None:
+            raise ConfigError(
+                f"topic {opts.topic!r} does not exist in {opts.path}; create it (pylog create-topic) or set "
+                f'.option("partitions", N) to create it on first write'
+            )
+    finally:
+        root.close()
+    with _open(opts, read_only=False) as writer:
+        writer.create_topic(opts.topic, opts.partitions, opts.topic_config, exist_ok=True)
+
+
+def _open(opts: SinkOptions, *, read_only: bool) -> Root:
+    import pylog
+
+    return pylog.open(
+        opts.path, opts.storage_options or None, read_only=read_only, lock_timeout=opts.lock_timeout_s
+    )
+
+
+@dataclass
+class PylogCommitMessage(WriterCommitMessage):  # type: ignore[misc]
+    staged: list[dict[str, object]]
+    records: int
+
+
+def _ms_timestamps(col: pa.Array | pa.ChunkedArray | None, n: int, now_ms: int) -> np.ndarray:
+    if col is None:
+        return np.full(n, now_ms, dtype=np.int64)
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    if pa.types.is_timestamp(col.type):
+        col = col.cast(pa.timestamp("ms", tz=col.type.tz), safe=False).cast(pa.int64())
+    filled = pc.fill_null(col.cast(pa.int64()), now_ms)
+    return np.asarray(filled.to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def stage_task(
+    batches: Iterator[pa.RecordBatch], opts: SinkOptions, batch_id: int, task: int, attempt: int
+) -> PylogCommitMessage:
+    """Executor side: encode and stage this task's rows; nothing becomes visible here."""
+    import time
+
+    root = _open(opts, read_only=True)
+    files: dict[tuple[str, int], Any] = {}
+    counts = 0
+    try:
+        for rb in batches:
+            if rb.num_rows == 0:
+                continue
+            counts += rb.num_rows
+            _stage_batch(root, rb, opts, task, files, int(time.time() * 1000), batch_id, attempt)
+    finally:
+        for f in files.values():
+            f.close()
+        root.close()
+    name = pub.stage_name(opts.sink_id, batch_id, task, attempt)
+    staged = [pub.StagedFile(t, p, name).to_dict() for (t, p) in sorted(files)]
+    return PylogCommitMessage(staged=staged, records=counts)
+
+
+def _stage_batch(
+    root: Root,
+    rb: pa.RecordBatch,
+    opts: SinkOptions,
+    task: int,
+    files: dict[tuple[str, int], Any],
+    now_ms: int,
+    batch_id: int,
+    attempt: int,
+) -> None:
+    names = rb.schema.names
+    col = {n: rb.column(n) for n in names}
+    n = rb.num_rows
+    if opts.topic is not None:
+        topics = np.full(n, opts.topic, dtype=object)
+    else:
+        t = col["topic"]
+        if t.null_count:
+            raise ConfigError("column 'topic' has null values and no topic option is set")
+        topics = np.asarray(t.to_numpy(zero_copy_only=False), dtype=object)
+    value = col["value"].cast(pa.binary()) if pa.types.is_string(col["value"].type) else col["value"]
+    key = col.get("key")
+    if key is not None and pa.types.is_string(key.type):
+        key = key.cast(pa.binary())
+    ts = _ms_timestamps(col.get("timestamp"), n, now_ms)
+    headers = col.get("headers")
+    distinct = sorted(set(topics.tolist()))
+    for topic in distinct:
+        sel = np.nonzero(topics == topic)[0] if len(distinct) > 1 else np.arange(n)
+        num = root.partitions(topic)  # unknown topic: a clear error from the root
+        if "partition" in col:
+            parts = np.asarray(
+                pc.fill_null(col["partition"].cast(pa.int64()), -1).to_numpy(), dtype=np.int64
+            )[sel]
+        else:
+            parts = np.full(sel.shape[0], -1, dtype=np.int64)
+        need = parts < 0
+        if need.any() and key is not None:
+            by_key = partition_for_keys(key.take(pa.array(sel[need])), num).astype(np.int64)
+            parts[need] = by_key
+        parts[parts < 0] = task % num  # null keys: sticky per task
+        bad = parts >= num
+        if bad.any():
+            raise ConfigError(
+                f"partition {int(parts[np.argmax(bad)])} is out of range for topic {topic!r} (0..{num - 1})"
+            )
+        for p in np.unique(parts).tolist():
+            rows = pa.array(sel[parts == p])
+            enc = records.encode(
+                value.take(rows),
+                None if key is None else key.take(rows),
+                ts[rows.to_numpy()],
+                None if headers is None else headers.take(rows),
+                codec=opts.codec or _topic_codec(root, topic),
+                batch_bytes=opts.batch_bytes,
+            )
+            f = files.get((topic, p))
+            if f is None:
+                path = f"{partition_dir(topic, p)}/{pub.stage_name(opts.sink_id, batch_id, task, attempt)}"
+                f = files[(topic, p)] = root.storage.open_append(path)
+            f.write(enc.buffer.data)
+
+
+def _topic_codec(root: Root, topic: str) -> str:
+    ct = root.config(topic).compression_type
+    return "none" if ct in ("producer", "uncompressed") else ct
+
+
+def _task_ids() -> tuple[int, int, int | None]:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:  # pragma: no cover - only inside a Spark task
+        return 0, 0, None
+    batch = ctx.getLocalProperty("streaming.sql.batchId")
+    return ctx.partitionId(), ctx.attemptNumber(), None if batch is None else int(batch)
+
+
+def publish(opts: SinkOptions, messages: list[Any], batch_id: int, *, overwrite: bool = False) -> None:
+    """Driver side: publish every staged file of ``batch_id`` exactly once."""
+    staged = [pub.StagedFile.from_dict(d) for m in messages if m is not None for d in m.staged]
+    with _open(opts, read_only=False) as root:
+        if overwrite:
+            _truncate_topics(root, {f.topic for f in staged} | ({opts.topic} if opts.topic else set()))
+        root.publish(opts.sink_id, batch_id, staged)
+        if opts.maintenance:
+            _maintain(root, {(f.topic, f.partition) for f in staged}, opts.maintenance_budget_ms)
+
+
+def _truncate_topics(root: Root, topics: set[str]) -> None:
+    """Overwrite semantics: every existing record of the topics becomes unreadable (the log
+    start offset moves to the end); offsets keep growing, as readers expect of a log."""
+    for topic in sorted(topics):
+        for p in range(root.partitions(topic)):
+            lg = root.writable_log(topic, p)
+            lg.delete_segments(list(lg.segments))
+
+
+def _maintain(root: Root, touched: set[tuple[str, int]], budget_ms: int) -> None:
+    """Retention and compaction of the partitions just written, within a time budget; never
+    fails the commit (the data is already durable and recorded)."""
+    try:
+        from pylog.storage import maintenance  # type: ignore[attr-defined]
+    except ImportError:
+        return
+    import logging
+    import time
+
+    deadline = time.monotonic() + budget_ms / 1000.0
+    for topic, p in sorted(touched):
+        if time.monotonic() >= deadline:
+            break
+        try:
+            maintenance.maintain(
+                root.writable_log(topic, p),
+                now=int(time.time() * 1000),
+                budget_ms=max(0, int((deadline - time.monotonic()) * 1000)),
+            )
+        except Exception as e:  # noqa: BLE001 - maintenance must not fail a durable commit
+            logging.getLogger("pylog.connector").warning("maintenance of %s-%d failed: %s", topic, p, e)
+
+
+def discard(opts: SinkOptions, messages: list[Any]) -> None:
+    """abort: remove what the tasks staged."""
+    root = _open(opts, read_only=True)
+    try:
+        for m in messages:
+            for d in getattr(m, "staged", None) or []:
+                f = pub.StagedFile.from_dict(d)
+                root.storage.delete(f"{partition_dir(f.topic, f.partition)}/{f.name}")
+    finally:
+        root.close()
+
+
+class PylogStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
+    def __init__(self, opts: SinkOptions, overwrite: bool):
+        self.opts = opts
+        self.overwrite = overwrite
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> PylogCommitMessage:
+        task, attempt, batch = _task_ids()
+        if batch is None:
+            raise RuntimeError("pylog sink: no streaming batch id in the task context")
+        return stage_task(iterator, self.opts, batch, task, attempt)
+
+    def commit(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 - Spark's name
+        publish(self.opts, messages, batchId, overwrite=self.overwrite)
+
+    def abort(self, messages: list[Any], batchId: int) -> None:  # noqa: N803
+        discard(self.opts, messages)
+
+
+class PylogBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
+    def __init__(self, opts: SinkOptions, overwrite: bool):
+        self.opts = opts
+        self.overwrite = overwrite
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> PylogCommitMessage:
+        task, attempt, _ = _task_ids()
+        return stage_task(iterator, self.opts, 0, task, attempt)
+
+    def commit(self, messages: list[Any]) -> None:
+        publish(self.opts, messages, 0, overwrite=self.overwrite)
+
+    def abort(self, messages: list[Any]) -> None:
+        discard(self.opts, messages)
+
+
+def make_writer(options: Mapping[str, str], schema: StructType, overwrite: bool, *, streaming: bool) -> Any:
+    opts = parse_sink_options(options, streaming=streaming)
+    check_schema(schema, opts)
+    prepare_topics(opts)
+    return PylogStreamWriter(opts, overwrite) if streaming else PylogBatchWriter(opts, overwrite)

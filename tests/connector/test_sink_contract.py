@@ -1,0 +1,149 @@
+"""The sink's contract without a SparkSession: options, schema checks, staging, publishing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+import pylog
+from pylog.connector import sink
+from pylog.storage.errors import ConfigError
+from pylog.storage.partitioner import partition_for_keys
+
+
+def opts(tmp_path: Path, **extra: str) -> sink.SinkOptions:
+    raw = {"path": str(tmp_path), "topic": "t", "checkpointLocation": str(tmp_path / "ck"), **extra}
+    return sink.parse_sink_options(raw, streaming=True)
+
+
+def schema(*cols: tuple[str, object]) -> StructType:
+    return StructType([StructField(n, t) for n, t in cols])  # type: ignore[arg-type]
+
+
+def test_options_and_sink_identity(tmp_path: Path) -> None:
+    a = opts(tmp_path, partitions="2", **{"cleanup.policy": "compact", "compression.type": "zstd"})
+    b = opts(tmp_path)
+    assert a.sink_id == b.sink_id  # the same checkpoint is the same sink across restarts
+    assert a.partitions == 2 and a.topic_config == {"cleanup.policy": "compact"} and a.codec == "zstd"
+    with pytest.raises(ConfigError, match="path is required"):
+        sink.parse_sink_options({}, streaming=True)
+    with pytest.raises(ConfigError, match="unknown pylog sink option"):
+        opts(tmp_path, kafkaBootstrap="x")
+    with pytest.raises(ConfigError, match="segment.bytes"):
+        opts(tmp_path, **{"segment.bytes": "lots"})
+    with pytest.raises(ConfigError, match="partitions"):
+        opts(tmp_path, partitions="0")
+    with pytest.raises(ConfigError, match="codec|compression"):
+        opts(tmp_path, **{"compression.type": "brotli"})
+
+
+@pytest.mark.parametrize(
+    ("cols", "message"),
+    [
+        ([("key", BinaryType())], "needs a 'value' column"),
+        ([("value", IntegerType())], "'value' must be binary or string"),
+        ([("value", BinaryType()), ("key", IntegerType())], "'key' must be binary or string"),
+        ([("value", BinaryType()), ("partition", StringType())], "'partition' must be int"),
+        ([("value", BinaryType()), ("headers", ArrayType(StringType()))], "'headers' must be array"),
+        ([("value", BinaryType()), ("timestamp", StringType())], "'timestamp' must be timestamp"),
+    ],
+)
+def test_schema_errors_name_the_column(tmp_path: Path, cols: list, message: str) -> None:
+    with pytest.raises(sink.SinkSchemaError, match=message):
+        sink.check_schema(schema(*cols), opts(tmp_path))
+
+
+def test_topic_is_required_and_created_only_when_asked(tmp_path: Path) -> None:
+    no_topic = sink.parse_sink_options({"path": str(tmp_path)}, streaming=False)
+    with pytest.raises(sink.SinkSchemaError, match="no topic"):
+        sink.check_schema(schema(("value", BinaryType())), no_topic)
+    sink.check_schema(schema(("value", BinaryType()), ("topic", StringType())), no_topic)
+    with pytest.raises(ConfigError, match="does not exist.*partitions"):
+        sink.prepare_topics(opts(tmp_path))
+    assert not (tmp_path / "t-0").exists()  # nothing written
+    sink.prepare_topics(opts(tmp_path, partitions="3", **{"segment.bytes": "100000"}))
+    with pylog.open(tmp_path, read_only=True) as r:
+        assert r.partitions("t") == 3 and r.config("t").segment_bytes == 100000
+    sink.check_schema(
+        schema(
+            ("value", StringType()),
+            ("key", StringType()),
+            ("partition", IntegerType()),
+            ("timestamp", TimestampType()),
+            ("headers", ArrayType(schema(("key", StringType()), ("value", BinaryType())))),
+        ),
+        opts(tmp_path),
+    )
+
+
+def test_stage_publish_replay_and_partitioning(tmp_path: Path) -> None:
+    o = opts(tmp_path, partitions="4")
+    sink.prepare_topics(o)
+    keys = [f"user-{i}".encode() for i in range(50)]
+    rb = pa.record_batch(
+        {"key": pa.array(keys + [None] * 5), "value": pa.array([b"v%d" % i for i in range(55)])}
+    )
+    m0 = sink.stage_task(iter([rb.slice(0, 30)]), o, 0, 0, 0)
+    m1 = sink.stage_task(iter([rb.slice(30)]), o, 0, 1, 0)
+    with pylog.open(tmp_path, read_only=True) as r:
+        assert r.read_table("t").num_rows == 0  # staged data is invisible
+    sink.publish(o, [m0, m1], 0)
+    sink.publish(o, [m0, m1], 0)  # replayed commit: skipped
+    with pylog.open(tmp_path, read_only=True) as r:
+        t = r.read_table("t")
+    assert t.num_rows == 55
+    keyed = t.filter(pa.compute.is_valid(t.column("key")))
+    assert keyed.column("partition").to_pylist() == partition_for_keys(keyed.column("key"), 4).tolist()
+    nulls = t.filter(pa.compute.is_null(t.column("key")))
+    assert set(nulls.column("partition").to_pylist()) == {1 % 4}  # task 1's sticky partition
+    assert not any(p.name.startswith(".pylog-stage") for d in tmp_path.glob("t-*") for p in d.iterdir())
+
+
+def test_topic_column_explicit_partitions_and_abort(tmp_path: Path) -> None:
+    with pylog.open(tmp_path) as root:
+        root.create_topic("a", 2)
+        root.create_topic("b", 1)
+    o = sink.parse_sink_options({"path": str(tmp_path), "checkpointLocation": "x"}, streaming=True)
+    rb = pa.record_batch(
+        {"topic": ["a", "b", "a"], "partition": pa.array([1, None, 0], pa.int32()), "value": ["x", "y", "z"]}
+    )
+    m = sink.stage_task(iter([rb]), o, 5, 0, 0)
+    sink.discard(o, [m])  # abort: the staged files go, nothing is published
+    sink.publish(o, [], 5)
+    with pylog.open(tmp_path, read_only=True) as r:
+        assert r.read_table("a").num_rows == 0
+    m = sink.stage_task(iter([rb]), o, 6, 0, 0)
+    sink.publish(o, [m], 6)
+    with pylog.open(tmp_path, read_only=True) as r:
+        a = r.read_table("a")
+        assert sorted(zip(a.column("partition").to_pylist(), a.column("value").to_pylist())) == [
+            (0, b"z"),
+            (1, b"x"),
+        ]
+        assert r.read_table("b").column("value").to_pylist() == [b"y"]
+    bad = pa.record_batch({"topic": ["a"], "partition": pa.array([7], pa.int32()), "value": ["x"]})
+    with pytest.raises(ConfigError, match="partition 7 is out of range"):
+        sink.stage_task(iter([bad]), o, 7, 0, 0)
+
+
+def test_overwrite_hides_earlier_records_and_keeps_offsets_growing(tmp_path: Path) -> None:
+    o = opts(tmp_path, partitions="1")
+    sink.prepare_topics(o)
+    sink.publish(o, [sink.stage_task(iter([pa.record_batch({"value": ["old1", "old2"]})]), o, 0, 0, 0)], 0)
+    sink.publish(
+        o, [sink.stage_task(iter([pa.record_batch({"value": ["new"]})]), o, 1, 0, 0)], 1, overwrite=True
+    )
+    with pylog.open(tmp_path, read_only=True) as r:
+        t = r.read_table("t")
+    assert t.column("value").to_pylist() == [b"new"] and t.column("offset").to_pylist() == [2]
