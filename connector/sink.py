@@ -108,9 +108,10 @@ def parse_sink_options(raw: Mapping[str, str], *, streaming: bool) -> SinkOption
         else:
             unknown.append(k)
     if unknown:
+        mine = sorted(SINK_OPTIONS - {"checkpointlocation", "queryname"})
         raise ConfigError(
-            f"unknown pylog sink option(s) {sorted(unknown)}; valid: {sorted(SINK_OPTIONS - {'checkpointlocation', 'queryname'})}"
-            f", storage.* and Kafka topic configs ({', '.join(sorted(valid)[:6])}, ...)"
+            f"unknown pylog sink option(s) {sorted(unknown)}; valid: {mine}, storage.* and Kafka topic "
+            f"configs ({', '.join(sorted(valid)[:6])}, ...)"
         )
     LogConfig.from_dict(topic_config)  # validate now, before any byte is written
     partitions = _int_option(opts, "partitions", 1, 1 << 20)
@@ -373,7 +374,7 @@ def _maintain(root: Root, touched: set[tuple[str, int]], budget_ms: int) -> None
                 now=int(time.time() * 1000),
                 budget_ms=max(0, int((deadline - time.monotonic()) * 1000)),
             )
-        except Exception as e:  # noqa: BLE001 - maintenance must not fail a durable commit
+        except Exception as e:
             logging.getLogger("pylog.connector").warning("maintenance of %s-%d failed: %s", topic, p, e)
 
 
@@ -400,10 +401,10 @@ class PylogStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
             raise RuntimeError("pylog sink: no streaming batch id in the task context")
         return stage_task(iterator, self.opts, batch, task, attempt)
 
-    def commit(self, messages: list[Any], batchId: int) -> None:  # noqa: N803 - Spark's name
+    def commit(self, messages: list[Any], batchId: int) -> None:
         publish(self.opts, messages, batchId, overwrite=self.overwrite)
 
-    def abort(self, messages: list[Any], batchId: int) -> None:  # noqa: N803
+    def abort(self, messages: list[Any], batchId: int) -> None:
         discard(self.opts, messages)
 
 

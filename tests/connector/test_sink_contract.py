@@ -40,11 +40,11 @@ def test_options_and_sink_identity(tmp_path: Path) -> None:
         sink.parse_sink_options({}, streaming=True)
     with pytest.raises(ConfigError, match="unknown pylog sink option"):
         opts(tmp_path, kafkaBootstrap="x")
-    with pytest.raises(ConfigError, match="segment.bytes"):
+    with pytest.raises(ConfigError, match=r"segment\.bytes"):
         opts(tmp_path, **{"segment.bytes": "lots"})
     with pytest.raises(ConfigError, match="partitions"):
         opts(tmp_path, partitions="0")
-    with pytest.raises(ConfigError, match="codec|compression"):
+    with pytest.raises(ConfigError, match=r"codec|compression"):
         opts(tmp_path, **{"compression.type": "brotli"})
 
 
@@ -69,7 +69,7 @@ def test_topic_is_required_and_created_only_when_asked(tmp_path: Path) -> None:
     with pytest.raises(sink.SinkSchemaError, match="no topic"):
         sink.check_schema(schema(("value", BinaryType())), no_topic)
     sink.check_schema(schema(("value", BinaryType()), ("topic", StringType())), no_topic)
-    with pytest.raises(ConfigError, match="does not exist.*partitions"):
+    with pytest.raises(ConfigError, match=r"does not exist.*partitions"):
         sink.prepare_topics(opts(tmp_path))
     assert not (tmp_path / "t-0").exists()  # nothing written
     sink.prepare_topics(opts(tmp_path, partitions="3", **{"segment.bytes": "100000"}))
@@ -127,7 +127,7 @@ def test_topic_column_explicit_partitions_and_abort(tmp_path: Path) -> None:
     sink.publish(o, [m], 6)
     with pylog.open(tmp_path, read_only=True) as r:
         a = r.read_table("a")
-        assert sorted(zip(a.column("partition").to_pylist(), a.column("value").to_pylist())) == [
+        assert sorted(zip(a.column("partition").to_pylist(), a.column("value").to_pylist(), strict=True)) == [
             (0, b"z"),
             (1, b"x"),
         ]
