@@ -127,7 +127,7 @@ def test_vectorized_varint_sizes_match_kernel() -> None:
     from pylog.storage import _kernels
 
     vals = np.array([0, 1, -1, 63, -64, 64, 2**31 - 1, -(2**31), INT64_MAX, INT64_MIN, 2**56, -(2**56)])
-    assert records._varint_sizes(vals).tolist() == [_kernels.python.varint_size(int(v)) for v in vals]
+    assert records.varint_sizes(vals).tolist() == [_kernels.python.varint_size(int(v)) for v in vals]
 
 
 # --------------------------------------------------------------------------- fixtures
