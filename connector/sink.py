@@ -334,10 +334,21 @@ def _task_ids() -> tuple[int, int, int | None]:
     return ctx.partitionId(), ctx.attemptNumber(), None if batch is None else int(batch)
 
 
+CRASH_ENV = "PYLOG_TEST_CRASH_AT_STEP"
+"""Testing hook: when set to a publish step name ("appended", "flushed", "state-written"), the
+process exits abruptly at that step of a sink commit (crash-point tests of the exactly-once
+protocol).  Never set it in production."""
+
+
 def publish(opts: SinkOptions, messages: list[Any], batch_id: int, *, overwrite: bool = False) -> None:
     """Driver side: publish every staged file of ``batch_id`` exactly once."""
+    import os
+
     staged = [pub.StagedFile.from_dict(d) for m in messages if m is not None for d in m.staged]
     with _open(opts, read_only=False) as root:
+        crash_at = os.environ.get(CRASH_ENV)
+        if crash_at:
+            root.step_hook = lambda step: os._exit(137) if step == crash_at else None
         if overwrite:
             _truncate_topics(root, {f.topic for f in staged} | ({opts.topic} if opts.topic else set()))
         root.publish(opts.sink_id, batch_id, staged)
@@ -429,3 +440,15 @@ def make_writer(options: Mapping[str, str], schema: StructType, overwrite: bool,
     check_schema(schema, opts)
     prepare_topics(opts)
     return PylogStreamWriter(opts, overwrite) if streaming else PylogBatchWriter(opts, overwrite)
+
+
+class SinkMixin:
+    """``writer`` / ``streamWriter`` of the ``pylog`` data source."""
+
+    options: Mapping[str, str]
+
+    def writer(self, schema: StructType, overwrite: bool) -> PylogBatchWriter:
+        return make_writer(self.options, schema, overwrite, streaming=False)  # type: ignore[no-any-return]
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> PylogStreamWriter:
+        return make_writer(self.options, schema, overwrite, streaming=True)  # type: ignore[no-any-return]
