@@ -54,6 +54,7 @@ from pylog.storage import publish as pub
 from pylog.storage import records
 from pylog.storage.config import LogConfig
 from pylog.storage.errors import ConfigError
+from pylog.storage.fs import StorageError
 from pylog.storage.manager import Root, partition_dir
 from pylog.storage.partitioner import partition_for_keys
 
@@ -192,17 +193,21 @@ def prepare_topics(opts: SinkOptions) -> None:
     """Check (or, with the ``partitions`` option, create) the target topic on the driver."""
     if opts.topic is None:
         return
-    root = _open(opts, read_only=True)
     try:
-        if opts.topic in root.topics():
-            return
-        if opts.partitions is None:
-            raise ConfigError(
-                f"topic {opts.topic!r} does not exist in {opts.path}; create it (pylog create-topic) or set "
-                f'.option("partitions", N) to create it on first write'
-            )
-    finally:
-        root.close()
+        root = _open(opts, read_only=True)
+    except StorageError:
+        root = None  # the root does not exist yet
+    if root is not None:
+        try:
+            if opts.topic in root.topics():
+                return
+        finally:
+            root.close()
+    if opts.partitions is None:
+        raise ConfigError(
+            f"topic {opts.topic!r} does not exist in {opts.path}; create it (pylog create-topic) or set "
+            f'.option("partitions", N) to create it on first write'
+        )
     with _open(opts, read_only=False) as writer:
         writer.create_topic(opts.topic, opts.partitions, opts.topic_config, exist_ok=True)
 

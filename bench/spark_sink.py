@@ -1,0 +1,137 @@
+"""Spark sink benchmark: streaming write into pylog vs the Python-sink ceiling vs parquet.
+
+    python bench/spark_sink.py [--quick]
+
+Rows (16-byte keys, 100-byte values) are pre-written as parquet; each contender streams them
+with ``trigger(availableNow=True)`` and ``maxFilesPerTrigger`` micro-batches into:
+
+- pylog: ``writeStream.format("pylog")`` into a 4-partition topic (exactly-once publish,
+  staging, fsync; embedded maintenance off, as there is nothing to compact);
+- ceiling: a minimal ``DataSourceStreamArrowWriter`` that discards its input (what any Python
+  sink can reach: Spark's own cost of handing Arrow batches to Python);
+- parquet: Spark's built-in parquet file sink.
+
+Prints a table and, as its last line, JSON with rows/s for each and ``ceiling_ratio``
+(pylog ÷ discarding Python sink) and ``parquet_ratio`` (pylog ÷ parquet sink).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+
+
+class _Discard(DataSourceStreamArrowWriter):
+    def write(self, iterator: Any) -> WriterCommitMessage:
+        n = 0
+        for batch in iterator:
+            n += batch.num_rows
+        return WriterCommitMessage()
+
+    def commit(self, messages: Any, batchId: int) -> None:
+        pass
+
+    def abort(self, messages: Any, batchId: int) -> None:
+        pass
+
+
+class DiscardSink(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "bench_discard"
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> _Discard:
+        return _Discard()
+
+
+def make_input(spark: SparkSession, path: Path, rows: int, files: int) -> None:
+    df = spark.range(rows).selectExpr(
+        "lpad(cast(id % 1000003 as string), 16, 'k') as key",
+        "concat(lpad(cast(id as string), 20, '0'), repeat('x', 80)) as value",
+    )
+    df.repartition(files).write.parquet(str(path))
+
+
+def run(spark: SparkSession, src: Path, fmt: str, out: Path, rows: int, files_per_trigger: int) -> float:
+    df = (
+        spark.readStream.schema("key string, value string")
+        .option("maxFilesPerTrigger", files_per_trigger)
+        .parquet(str(src))
+    )
+    w = df.writeStream.format(fmt).option("checkpointLocation", str(out / "ck")).trigger(availableNow=True)
+    if fmt == "pylog":
+        w = (
+            w.option("path", str(out / "root"))
+            .option("topic", "bench")
+            .option("partitions", "4")
+            .option("maintenance", "false")
+        )
+    elif fmt == "parquet":
+        w = w.option("path", str(out / "parquet"))
+    t0 = time.perf_counter()
+    q = w.start()
+    q.awaitTermination()
+    if q.exception() is not None:
+        raise RuntimeError(f"{fmt} query failed: {q.exception()}")
+    secs = time.perf_counter() - t0
+    if fmt == "pylog":
+        import pylog
+
+        with pylog.open(out / "root", read_only=True) as r:
+            n = sum(r.log("bench", p).log_end_offset for p in range(4))
+        assert n == rows, (n, rows)
+    return rows / secs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="1 M rows instead of 10 M")
+    args = ap.parse_args()
+    rows = 1_000_000 if args.quick else 10_000_000
+    files = 8 if args.quick else 40
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("pylog-bench-sink")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "65536")
+        .config("spark.driver.memory", "4g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(DiscardSink)
+    tmp = Path(tempfile.mkdtemp(prefix="pylog-bench-sink-"))
+    try:
+        src = tmp / "src"
+        make_input(spark, src, rows, files)
+        results: dict[str, float] = {}
+        for name, fmt in (("ceiling", "bench_discard"), ("parquet", "parquet"), ("pylog", "pylog")):
+            results[name] = run(spark, src, fmt, tmp / name, rows, max(1, files // 4))
+            print(f"{name:8} {results[name] / 1e6:6.2f} M rows/s", flush=True)
+    finally:
+        spark.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    out = {
+        "rows": rows,
+        "rows_per_s": results,
+        "ceiling_ratio": results["pylog"] / results["ceiling"],
+        "parquet_ratio": results["pylog"] / results["parquet"],
+    }
+    print(json.dumps(out, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()
