@@ -105,6 +105,7 @@ def main() -> None:
         SparkSession.builder.master("local[2]")
         .appName("pylog-bench-sink")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "65536")
