@@ -52,7 +52,7 @@ from pyspark.sql.types import (
 
 from pylog.storage import publish as pub
 from pylog.storage import records
-from pylog.storage.config import LogConfig
+from pylog.storage.config import LogConfig, validate_topic_name
 from pylog.storage.errors import ConfigError
 from pylog.storage.fs import StorageError
 from pylog.storage.manager import Root, partition_dir
@@ -126,15 +126,26 @@ def parse_sink_options(raw: Mapping[str, str], *, streaming: bool) -> SinkOption
     else:
         basis = opts.get("checkpointlocation") or uuid.uuid4().hex
         sink_id = "q" + hashlib.sha256(basis.encode()).hexdigest()[:24]
+    topic = opts.get("topic") or None
+    if topic is not None:
+        try:
+            validate_topic_name(topic)
+        except ConfigError as e:
+            raise ConfigError(f"option topic: {e}") from None
+    maintenance = opts.get("maintenance", "true").strip().lower()
+    if maintenance not in ("true", "false"):
+        raise ConfigError(
+            f"option maintenance: {opts['maintenance']!r} is not valid; valid values: true, false"
+        )
     return SinkOptions(
         path=path,
-        topic=opts.get("topic") or None,
+        topic=topic,
         partitions=partitions,
         topic_config=topic_config,
         codec=codec,
         batch_bytes=_int_option(opts, "batch.size", 1 << 10, 1 << 30) or records.DEFAULT_BATCH_BYTES,
         lock_timeout_s=(_int_option(opts, "locktimeoutms", 0, 1 << 40) or 60_000) / 1000.0,
-        maintenance=opts.get("maintenance", "true").strip().lower() != "false",
+        maintenance=maintenance == "true",
         maintenance_budget_ms=_int_option(opts, "maintenance.budgetms", 0, 1 << 40) or 2000,
         storage_options=storage,
         sink_id=sink_id,
@@ -373,25 +384,17 @@ def _truncate_topics(root: Root, topics: set[str]) -> None:
 def _maintain(root: Root, touched: set[tuple[str, int]], budget_ms: int) -> None:
     """Retention and compaction of the partitions just written, within a time budget; never
     fails the commit (the data is already durable and recorded)."""
-    try:
-        from pylog.storage import maintenance  # type: ignore[attr-defined]
-    except ImportError:
-        return
     import logging
     import time
 
-    deadline = time.monotonic() + budget_ms / 1000.0
-    for topic, p in sorted(touched):
-        if time.monotonic() >= deadline:
-            break
-        try:
-            maintenance.maintain(
-                root.writable_log(topic, p),
-                now=int(time.time() * 1000),
-                budget_ms=max(0, int((deadline - time.monotonic()) * 1000)),
-            )
-        except Exception as e:
-            logging.getLogger("pylog.connector").warning("maintenance of %s-%d failed: %s", topic, p, e)
+    from pylog.storage import maintenance
+
+    try:
+        maintenance.maintain(
+            root, now=int(time.time() * 1000), budget_s=budget_ms / 1000.0, partitions=sorted(touched)
+        )
+    except Exception as e:  # maintenance must not fail a durable commit
+        logging.getLogger("pylog.connector").warning("maintenance after publish failed: %s", e)
 
 
 def discard(opts: SinkOptions, messages: list[Any]) -> None:

@@ -227,6 +227,7 @@ def verify_command(parser: argparse.ArgumentParser) -> Runner:
 
 # ============================================================================ entry point
 
+import pylog.cli_maintenance  # noqa: E402, F401 - registers compact, retain
 from pylog import cli_data  # noqa: E402, F401 - registers create-topic, produce, consume, recover
 
 

@@ -27,8 +27,26 @@ KERNELS = (
     "gather",
     "plan_batches",
     "write_batches",
+    # compaction (cleaner.py, offset_map.py, rewrite.py)
+    "hash_keys",
+    "map_put",
+    "map_get",
+    "walk_records",
+    "write_rebuilt",
 )
-HELPERS = ("wrap64", "copy_bytes", "read_varint", "varint_size", "write_varint", "put_be", "get_be", "_fail")
+HELPERS = (
+    "wrap64",
+    "copy_bytes",
+    "read_varint",
+    "varint_size",
+    "write_varint",
+    "put_be",
+    "get_be",
+    "_fail",
+    "rotl64",
+    "fmix64",
+    "load_le64",
+)
 
 
 def _load(name: str) -> types.ModuleType:

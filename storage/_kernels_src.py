@@ -433,3 +433,284 @@ def write_batches(  # type: ignore[no-untyped-def]
                     p += hvlen[h]
         pos += nbytes[b]
     return pos
+
+
+# --------------------------------------------------------------------------- compaction
+#
+# Kernels of the log cleaner (cleaner.py, offset_map.py, rewrite.py): walking records as byte
+# spans (no copies), hashing keys, the open-addressing offset map, and writing batches rebuilt
+# from retained records with their original offsets.
+
+# MurmurHash3 x64_128 constants as signed int64 bit patterns (all arithmetic below is int64
+# with wraparound: native in the compiled copy, ``wrap64`` in the Python copy).
+M3_C1 = -8663945395140668459  # 0x87c37b91114253d5
+M3_C2 = 5545529020109919103  # 0x4cf5ad432745937f
+M3_F1 = -49064778989728563  # 0xff51afd7ed558ccd
+M3_F2 = -4265267296055464877  # 0xc4ceb9fe1a85ec53
+MASK31 = 0x7FFFFFFF  # low 31 bits: ``(k >> 33) & MASK31`` is a logical shift of an int64
+
+
+def rotl64(x, r):  # type: ignore[no-untyped-def]
+    """Rotate the 64-bit pattern ``x`` left by ``r`` (1..63) bits."""
+    return wrap64((x << r) | ((x >> (64 - r)) & ((1 << r) - 1)))
+
+
+def fmix64(k):  # type: ignore[no-untyped-def]
+    k = k ^ ((k >> 33) & MASK31)
+    k = wrap64(k * M3_F1)
+    k = k ^ ((k >> 33) & MASK31)
+    k = wrap64(k * M3_F2)
+    return k ^ ((k >> 33) & MASK31)
+
+
+def load_le64(data, p):  # type: ignore[no-untyped-def]
+    v = 0
+    for j in range(8):
+        v |= int(data[p + j]) << (8 * j)
+    return wrap64(v)
+
+
+def hash_keys(data, pos, length, seed, out_h1, out_h2):  # type: ignore[no-untyped-def]
+    """MurmurHash3_x64_128 of each ``data[pos[i]:pos[i]+length[i]]`` (length >= 0, checked
+    by the caller against the buffer): (h1, h2) as int64 bit patterns.  One loop body, so the
+    compiled copy keeps every intermediate in registers."""
+    for i in range(pos.shape[0]):
+        p = int(pos[i])
+        n = int(length[i])
+        h1 = int(seed)
+        h2 = int(seed)
+        nblocks = n // 16
+        for b in range(nblocks):
+            q = p + 16 * b
+            k1 = load_le64(data, q)
+            k2 = load_le64(data, q + 8)
+            k1 = rotl64(wrap64(k1 * M3_C1), 31)
+            h1 ^= wrap64(k1 * M3_C2)
+            h1 = wrap64(wrap64(rotl64(h1, 27) + h2) * 5 + 1390208809)
+            k2 = rotl64(wrap64(k2 * M3_C2), 33)
+            h2 ^= wrap64(k2 * M3_C1)
+            h2 = wrap64(wrap64(rotl64(h2, 31) + h1) * 5 + 944331445)
+        tail = p + nblocks * 16
+        rem = n & 15
+        if rem > 8:
+            k2 = 0
+            for j in range(8, rem):
+                k2 |= int(data[tail + j]) << (8 * (j - 8))
+            h2 ^= wrap64(rotl64(wrap64(k2 * M3_C2), 33) * M3_C1)
+        if rem > 0:
+            k1 = 0
+            for j in range(min(rem, 8)):
+                k1 |= int(data[tail + j]) << (8 * j)
+            h1 ^= wrap64(rotl64(wrap64(wrap64(k1) * M3_C1), 31) * M3_C2)
+        h1 ^= n
+        h2 ^= n
+        h1 = wrap64(h1 + h2)
+        h2 = wrap64(h2 + h1)
+        h1 = fmix64(h1)
+        h2 = fmix64(h2)
+        h1 = wrap64(h1 + h2)
+        out_h1[i] = h1
+        out_h2[i] = wrap64(h2 + h1)
+
+
+def map_put(table, used, h1, h2, offsets, capacity, state):  # type: ignore[no-untyped-def]
+    """Insert (hash -> offset) pairs in order into ``table`` (slots x 3 int64: h1, h2,
+    offset + 1; 0 marks an empty slot, so a freshly zeroed table is empty), linear probing from
+    ``h1 mod slots``; ``used[k]`` records the slot of the k-th key.  An existing hash gets the
+    new offset.  Stops before the first *new* hash once ``state[0]`` (the number of keys) has
+    reached ``capacity`` (< slots and <= len(used), so a probe always ends at an empty slot);
+    returns how many pairs were inserted."""
+    slots = table.shape[0]
+    size = state[0]
+    n = h1.shape[0]
+    for i in range(n):
+        a = h1[i]
+        b = h2[i]
+        s = (a & MASK63) % slots
+        while True:
+            if table[s, 2] == 0:
+                if size >= capacity:
+                    state[0] = size
+                    return i
+                table[s, 0] = a
+                table[s, 1] = b
+                table[s, 2] = offsets[i] + 1
+                used[size] = s
+                size += 1
+                break
+            if table[s, 0] == a and table[s, 1] == b:
+                table[s, 2] = offsets[i] + 1
+                break
+            s += 1
+            if s == slots:
+                s = 0
+    state[0] = size
+    return n
+
+
+def map_get(table, h1, h2, out):  # type: ignore[no-untyped-def]
+    """The offset stored for each hash, or -1."""
+    slots = table.shape[0]
+    for i in range(h1.shape[0]):
+        a = h1[i]
+        b = h2[i]
+        s = (a & MASK63) % slots
+        out[i] = -1
+        while table[s, 2] != 0:
+            if table[s, 0] == a and table[s, 1] == b:
+                out[i] = table[s, 2] - 1
+                break
+            s += 1
+            if s == slots:
+                s = 0
+
+
+def walk_records(  # type: ignore[no-untyped-def]
+    data,
+    rec_start,
+    rec_end,
+    count,
+    base_offset,
+    base_ts,
+    log_append,
+    max_ts,
+    out_off,
+    out_ts,
+    out_tail,
+    key_pos,
+    key_len,
+    val_len,
+    out_end,
+    status,
+):
+    """Walk every record like :func:`decode_records` (same checks, same status codes) but
+    return spans instead of copies: ``out_tail`` is the position of the record's keyLength
+    varint and ``out_end`` its end.  The bytes between them (key, value, headers) do not depend
+    on the batch's base timestamp, so a rebuilt batch copies them verbatim.  Returns the
+    number of records, or -1."""
+    n = 0
+    for b in range(rec_start.shape[0]):
+        p = rec_start[b]
+        end = rec_end[b]
+        for i in range(count[b]):
+            rec_pos = p
+            length, p = read_varint(data, p, end, 5)
+            if p < 0:
+                return _fail(status, -p, b, rec_pos, i)
+            if length < 6 or length > end - p:
+                return _fail(status, E_RECORD_LENGTH, b, rec_pos, i)
+            rend = p + length
+            p += 1  # attributes
+            ts_delta, p = read_varint(data, p, rend, 10)
+            if p < 0:
+                return _fail(status, -p, b, rec_pos, i)
+            off_delta, p = read_varint(data, p, rend, 5)
+            if p < 0:
+                return _fail(status, -p, b, rec_pos, i)
+            out_tail[n] = p
+            klen, p = read_varint(data, p, rend, 5)
+            if p < 0:
+                return _fail(status, -p, b, rec_pos, i)
+            if klen < -1 or klen > rend - p:
+                return _fail(status, E_KEY_LENGTH, b, rec_pos, i)
+            key_pos[n] = p
+            key_len[n] = klen
+            if klen > 0:
+                p += klen
+            vlen, p = read_varint(data, p, rend, 5)
+            if p < 0:
+                return _fail(status, -p, b, rec_pos, i)
+            if vlen < -1 or vlen > rend - p:
+                return _fail(status, E_VALUE_LENGTH, b, rec_pos, i)
+            val_len[n] = vlen
+            if vlen > 0:
+                p += vlen
+            hcount, p = read_varint(data, p, rend, 5)
+            if p < 0:
+                return _fail(status, -p, b, rec_pos, i)
+            if hcount < 0 or hcount > (rend - p) // 2:
+                return _fail(status, E_HEADER_COUNT, b, rec_pos, i)
+            for _h in range(hcount):
+                hk, p = read_varint(data, p, rend, 5)
+                if p < 0:
+                    return _fail(status, -p, b, rec_pos, i)
+                if hk < 0 or hk > rend - p:
+                    return _fail(status, E_HEADER_KEY_LENGTH, b, rec_pos, i)
+                p += hk
+                hv, p = read_varint(data, p, rend, 5)
+                if p < 0:
+                    return _fail(status, -p, b, rec_pos, i)
+                if hv < -1 or hv > rend - p:
+                    return _fail(status, E_HEADER_VALUE_LENGTH, b, rec_pos, i)
+                if hv > 0:
+                    p += hv
+            if p != rend:
+                return _fail(status, E_RECORD_SIZE_MISMATCH, b, rec_pos, i)
+            out_end[n] = rend
+            out_off[n] = wrap64(base_offset[b] + off_delta)
+            if log_append[b]:
+                out_ts[n] = max_ts[b]
+            else:
+                out_ts[n] = wrap64(base_ts[b] + ts_delta)
+            n += 1
+        if p != end:
+            return _fail(status, E_TRAILING_BYTES, b, p, count[b])
+    return n
+
+
+def write_rebuilt(  # type: ignore[no-untyped-def]
+    out,
+    src,
+    first,
+    nbytes,
+    body,
+    tail_pos,
+    tail_len,
+    ts_delta,
+    off_delta,
+    b_base_offset,
+    b_last_delta,
+    b_base_ts,
+    b_max_ts,
+    b_attributes,
+    b_leader_epoch,
+    b_producer_id,
+    b_producer_epoch,
+    b_base_sequence,
+    out_pos,
+):
+    """Write uncompressed v2 batches whose header fields are given per batch and whose
+    records ``first[b]..first[b+1]-1`` are given as spans of ``src`` (the cleaner keeps each
+    retained record's offset delta; a batch without records is Kafka's empty batch).  CRC is
+    left 0 for the caller; ``nbytes``/``body`` were sized by the caller.  Returns bytes written."""
+    nb = first.shape[0] - 1
+    pos = 0
+    for b in range(nb):
+        out_pos[b] = pos
+        lo = first[b]
+        hi = first[b + 1]
+        put_be(out, pos, b_base_offset[b], 8)
+        put_be(out, pos + 8, nbytes[b] - 12, 4)
+        put_be(out, pos + 12, b_leader_epoch[b], 4)
+        out[pos + 16] = 2
+        put_be(out, pos + 17, 0, 4)
+        put_be(out, pos + 21, b_attributes[b], 2)
+        put_be(out, pos + 23, b_last_delta[b], 4)
+        put_be(out, pos + 27, b_base_ts[b], 8)
+        put_be(out, pos + 35, b_max_ts[b], 8)
+        put_be(out, pos + 43, b_producer_id[b], 8)
+        put_be(out, pos + 51, b_producer_epoch[b], 2)
+        put_be(out, pos + 53, b_base_sequence[b], 4)
+        put_be(out, pos + 57, hi - lo, 4)
+        p = pos + 61
+        for i in range(lo, hi):
+            p = write_varint(out, p, body[i])
+            out[p] = 0
+            p += 1
+            p = write_varint(out, p, ts_delta[i])
+            p = write_varint(out, p, off_delta[i])
+            if tail_len[i] > 0:
+                copy_bytes(out, p, src, tail_pos[i], tail_len[i])
+                p += tail_len[i]
+        pos += nbytes[b]
+    return pos

@@ -86,7 +86,10 @@ def load_log(
 ) -> LoadResult:
     rec = Recovery(directory)
     if not read_only:
-        storage.makedirs(directory)
+        if not storage.isdir(directory):
+            storage.makedirs(directory)
+            parent = directory.rstrip("/").rpartition("/")[0]
+            storage.fsync_dir(parent)  # the new directory's name is durable (power-cut campaign)
         _remove_temp_files_and_complete_swaps(storage, directory, config, rec)
     names = storage.listdir(directory)
     logs = sorted({p[0] for n in names if (p := _parse(n)) and p[1] == "log" and not p[2]})
@@ -97,7 +100,9 @@ def load_log(
                 storage.delete(join(directory, n))
                 rec.removed_files.append(n)
     segments = [LogSegment(storage, directory, base, config) for base in logs]
-    if not read_only:
+    if read_only:
+        segments = _with_pending_swaps(storage, directory, config, names, segments)
+    else:
         for seg in segments:
             _sanity_check_or_rebuild(seg, rec)
         if not had_clean_shutdown and segments:
@@ -160,6 +165,32 @@ def _remove_temp_files_and_complete_swaps(
         seg.change_suffix("")
         rec.completed_swaps.append(seg.log_path)
     storage.fsync_dir(directory)
+
+
+def _with_pending_swaps(
+    storage: Storage, directory: str, config: LogConfig, names: list[str], segments: list[LogSegment]
+) -> list[LogSegment]:
+    """A reader's view of a replacement that is in progress, or was interrupted by a crash,
+    changing nothing on disk: the ``.swap`` segments a writer's recovery would complete (those
+    below the smallest ``.cleaned`` base offset) take the place of the segments they cover, so
+    a reader sees the state before or after the replacement, never the hole left while old
+    segments are already ``.deleted`` and the new ones still ``.swap`` (found by the campaign)."""
+    parsed = [p for n in names if (p := _parse(n))]
+    cleaned = [base for base, _, suffix in parsed if suffix == ".cleaned"]
+    min_cleaned = min(cleaned) if cleaned else None
+    swaps = sorted(
+        base
+        for base, kind, suffix in parsed
+        if suffix == ".swap" and kind == "log" and (min_cleaned is None or base < min_cleaned)
+    )
+    if not swaps:
+        return segments
+    swapped = [LogSegment(storage, directory, b, config, suffix=".swap") for b in swaps]
+    lo = swapped[0].base_offset
+    hi = max(s.read_next_offset() for s in swapped)
+    # a swap emptied by compaction ends at its base: the segment of the same name is replaced too
+    kept = [s for s in segments if not (lo <= s.base_offset < hi or s.base_offset in swaps)]
+    return sorted(kept + swapped, key=lambda s: s.base_offset)
 
 
 def _sanity_check_or_rebuild(seg: LogSegment, rec: Recovery) -> None:

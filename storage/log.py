@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from pylog.storage import batch as B
-from pylog.storage import compression, records
+from pylog.storage import compression, records, transactions
 from pylog.storage.config import LogConfig
 from pylog.storage.errors import InvalidOffsetError, OffsetOutOfRangeError, RecordTooLargeError
 from pylog.storage.fs import Storage
@@ -231,6 +231,7 @@ class Log:
                 part = h.take(slice(i, j))
                 lo, hi = int(h.position[i]), int(h.position[j - 1] + h.size[j - 1])
                 seg.append(data[lo:hi], part)
+                transactions.on_append(self, seg, data[lo:hi], part)  # producer state, .txnindex
                 i = j
         except OSError as e:
             self._failed = e
@@ -287,14 +288,17 @@ class Log:
             self.segments.pop()
         else:
             old.on_become_inactive()
+        self._step("roll-old-closed")
         seg = LogSegment(
             self.storage, self.directory, base, self.config, created_ms=now_ms() if now is None else now
         )
         seg.open_for_append()
+        self._step("roll-new-created")
         self.segments.append(seg)
         self._bases = np.array([s.base_offset for s in self.segments], dtype=np.int64)
         self.recovery_point = max(self.recovery_point, old.read_next_offset() if old.size else 0)
         self.storage.fsync_dir(self.directory)
+        self._step("rolled")
         return seg
 
     def flush(self, *, now: int | None = None) -> None:
@@ -302,6 +306,10 @@ class Log:
         start = self._floor_index(self.recovery_point)
         for seg in self.segments[start:]:
             seg.flush()
+        if any(seg.base_offset >= self.recovery_point for seg in self.segments[start:]):
+            # a segment created since the last flush: its files' names are durable only once
+            # the directory is fsynced (Kafka's LocalLog.flush; found by the power-cut campaign)
+            self.storage.fsync_dir(self.directory)
         self.recovery_point = self.log_end_offset
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms() if now is None else now
@@ -377,7 +385,14 @@ class Log:
         if timestamp == MAX_TIMESTAMP:
             return self._max_timestamp_offset()
         largest = np.array([s.largest_timestamp for s in self.segments], dtype=np.int64)
-        for i in np.nonzero(largest >= timestamp)[0].tolist():
+        candidates = largest >= timestamp
+        if self.read_only and candidates.size:
+            # a reader knows only the time indexes on disk: the newest records of the active
+            # segment (indexed every index.interval.bytes) and segments copied without indexes
+            # are missing from them, so such segments are always searched
+            candidates[-1] = True
+            candidates |= largest < 0
+        for i in np.nonzero(candidates)[0].tolist():
             found = self.segments[i].find_offset_by_timestamp(timestamp, self.log_start_offset)
             if found is not None:
                 return TimestampOffset(found[0], found[1])
@@ -398,17 +413,24 @@ class Log:
         if offset >= self.log_end_offset:
             return 0
         removed = 0
+        deleted = False
         while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
             seg = self.segments.pop()
             removed += seg.size
             seg.delete()
+            deleted = True
         seg = self.active
         removed += seg.truncate_to(offset)
         if seg.base_offset >= offset and seg.size == 0 and seg.base_offset != offset:
             seg.delete()
+            deleted = True
             self.segments[-1] = LogSegment(
                 self.storage, self.directory, offset, self.config, created_ms=now_ms()
             )
+        if deleted:
+            # make the deletions durable: a segment file that comes back after a power loss
+            # would shadow the offsets appended after the truncation (power-cut campaign)
+            self.storage.fsync_dir(self.directory)
         self._bases = np.array([s.base_offset for s in self.segments], dtype=np.int64)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
@@ -446,6 +468,8 @@ class Log:
         self._step("all-swap")
         old_ids = {id(s) for s in old}
         for seg in sorted(old, key=lambda s: s.base_offset):
+            if not any(seg is s for s in self.segments):
+                continue  # already removed by retention meanwhile (Kafka's existingOldSegments)
             seg.change_suffix(".deleted")
             self._pending_deletes.append((now + self.config.file_delete_delay_ms, seg))
             self._step("renamed-deleted")

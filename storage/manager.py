@@ -24,7 +24,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -34,7 +34,7 @@ from pylog.storage import checkpoint as ckpt
 from pylog.storage import publish as pub
 from pylog.storage import records
 from pylog.storage.config import LogConfig, validate_topic_name
-from pylog.storage.errors import ConfigError, LogLockedError, PylogError
+from pylog.storage.errors import ConfigError, CorruptCheckpointError, LogLockedError, PylogError
 from pylog.storage.fs import LocalStorage, Storage
 from pylog.storage.loader import Recovery, load_log
 from pylog.storage.log import AppendInfo, Log
@@ -67,6 +67,25 @@ def partition_dir(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
 
 
+def kafka_columns(t: pa.Table, topic: str, partition: int) -> pa.Table:
+    """Decoded records of one partition (``records.RECORD_SCHEMA``) as Spark's Kafka source
+    columns (:data:`TABLE_SCHEMA`), without a Python object per row (the Spark source uses it too)."""
+    n = t.num_rows
+    return pa.Table.from_arrays(
+        [
+            t.column("key"),
+            t.column("value"),
+            pa.repeat(pa.scalar(topic, pa.string()), n),
+            pa.repeat(pa.scalar(partition, pa.int32()), n),
+            t.column("offset"),
+            t.column("timestamp").cast(TIMESTAMP_TYPE),
+            t.column("timestampType"),
+            t.column("headers"),
+        ],
+        schema=TABLE_SCHEMA,
+    )
+
+
 class Root:
     """Topics under one directory.  Use :func:`pylog.open`."""
 
@@ -78,12 +97,18 @@ class Root:
         self._writer: contextlib.ExitStack | None = None
         self._had_clean_shutdown = False
         self._recovery_points: dict[tuple[str, int], int] = {}
+        # readers honour the log start offsets too: retention checkpoints the new start before it
+        # renames segments, so a reader never sees retention half done (crash-point campaign)
         self._start_offsets: dict[tuple[str, int], int] = {}
+        # a damaged checkpoint: a reader goes on (``pylog verify`` reports it), the writer refuses it
+        with contextlib.suppress(CorruptCheckpointError):
+            self._start_offsets = ckpt.read_offsets(storage, ckpt.LOG_START_OFFSET)
         self.recoveries: list[Recovery] = []
         self._meta = self._read_meta()
         self._state = pub.read_state(storage)
         self.step_hook: Callable[[str], None] | None = None
         """Called with the name of each step of a publish (crash-point tests)."""
+        self._failed: BaseException | None = None
         self._round_robin = 0
 
     # ------------------------------------------------------------------ metadata
@@ -146,13 +171,32 @@ class Root:
             if exist_ok:
                 return
             raise PylogError(f"topic {name!r} already exists in {self.storage.describe()}")
-        for p in range(partitions):
-            self.storage.makedirs(partition_dir(name, p))
+        # metadata first: a crash before the directories exist leaves a complete topic (the
+        # writer creates missing directories), never a topic inferred from a partial set of
+        # directories with default configs (crash-point campaign)
         self._meta[name] = {"partitions": partitions, "config": _explicit(cfg)}
         self._write_meta()
         for p in range(partitions):
+            self.storage.makedirs(partition_dir(name, p))
+        for p in range(partitions):
             self._state.high_watermarks[(name, p)] = self.log(name, p).log_end_offset
         pub.write_state(self.storage, self._state)
+
+    def add_partitions(self, topic: str, count: int) -> int:
+        """Add ``count`` partitions to ``topic`` (Kafka's ``CreatePartitions``; partitions are
+        never removed, and keys may map to other partitions afterwards).  Returns the new total."""
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise ConfigError(f"count must be a positive integer, got {count!r}")
+        self._ensure_writer()
+        old = self.partitions(topic)
+        for p in range(old, old + count):
+            self.storage.makedirs(partition_dir(topic, p))
+        self._topic(topic)["partitions"] = old + count
+        self._write_meta()
+        for p in range(old, old + count):
+            self._state.high_watermarks[(topic, p)] = self.log(topic, p).log_end_offset
+        pub.write_state(self.storage, self._state)
+        return old + count
 
     def alter_config(self, topic: str, config: Mapping[str, Any]) -> None:
         """Merge Kafka topic configs into ``topic``'s configuration."""
@@ -169,6 +213,11 @@ class Root:
     # ------------------------------------------------------------------ logs
 
     def _ensure_writer(self) -> None:
+        if self._failed is not None:
+            raise PylogError(
+                f"{self.storage.describe()}: an earlier append or publish failed ({self._failed}); close "
+                "and reopen the root (its recovery removes what that call wrote)"
+            ) from self._failed
         if self._writer is not None:
             return
         if self.read_only:
@@ -214,6 +263,7 @@ class Root:
             )
             lg = result.log
             lg.high_watermark = self._state.high_watermarks.get(key)
+            lg.step_hook = self._step  # the root's hook sees the steps of its logs too
             if writer:
                 hw = lg.high_watermark
                 if hw is not None and lg.log_end_offset > hw:
@@ -294,23 +344,57 @@ class Root:
         order = np.argsort(parts, kind="stable")
         sorted_parts = parts[order]
         bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
+        keys = [(topic, int(p)) for p in np.unique(sorted_parts).tolist()]
+        self._ensure_high_watermarks(keys)
         out: dict[int, AppendInfo] = {}
         take = pa.array(order)
         columns: dict[str, Any] = {"value": values, "key": key, "timestamp": timestamp, "headers": headers}
         arrays = {k: _take(v, take, n_rows) for k, v in columns.items()}
-        for lo, hi in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [n_rows]]), strict=True):
-            if hi <= lo:
-                continue
-            p = int(sorted_parts[lo])
-            sl = {
-                k: (v if v is None or isinstance(v, int | np.integer) else v[int(lo) : int(hi)])
-                for k, v in arrays.items()
-            }
-            out[p] = self.writable_log(topic, p).append(
-                sl["value"], sl["key"], sl["timestamp"], sl["headers"], codec=codec
-            )
-        self._acknowledge([(topic, p) for p in out])
+        with self._fail_stop(keys):
+            for lo, hi in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [n_rows]]), strict=True):
+                if hi <= lo:
+                    continue
+                p = int(sorted_parts[lo])
+                sl = {
+                    k: (v if v is None or isinstance(v, int | np.integer) else v[int(lo) : int(hi)])
+                    for k, v in arrays.items()
+                }
+                out[p] = self.writable_log(topic, p).append(
+                    sl["value"], sl["key"], sl["timestamp"], sl["headers"], codec=codec
+                )
+            self._acknowledge([(topic, p) for p in out])
         return out
+
+    @contextlib.contextmanager
+    def _fail_stop(self, keys: list[tuple[str, int]]) -> Iterator[None]:
+        """An error after bytes were appended to the logs of ``keys`` leaves unacknowledged
+        bytes there (and maybe an unknown state file): the root then refuses further writes
+        until it is reopened, whose recovery truncates them.  Otherwise the next
+        acknowledgement of the same log would publish them, and a retry would duplicate them
+        (reliability campaign).  An error before any byte was written (a rejected append)
+        leaves the root usable."""
+        before = {key: self.writable_log(*key).log_end_offset for key in keys}
+        try:
+            yield
+        except Exception as e:
+            logs = [self._logs[key] for key in keys if key in self._logs]
+            if any(lg._failed is not None for lg in logs) or any(
+                self._logs[key].log_end_offset != leo for key, leo in before.items() if key in self._logs
+            ):
+                self._failed = e
+            raise
+
+    def _ensure_high_watermarks(self, keys: list[tuple[str, int]]) -> None:
+        """Give partitions without a high watermark (a Kafka log directory, or a topic whose
+        creation a crash interrupted) one at their log end *before* anything is appended to
+        them: otherwise readers see an append before it is acknowledged, and a crash in the
+        middle of it leaves part of it visible (found by the power-cut campaign)."""
+        missing = [key for key in keys if key not in self._state.high_watermarks]
+        if missing:
+            for key in missing:
+                lg = self.writable_log(*key)
+                lg.high_watermark = self._state.high_watermarks[key] = lg.log_end_offset
+            pub.write_state(self.storage, self._state)
 
     def _acknowledge(self, keys: list[tuple[str, int]], sink: tuple[str, int] | None = None) -> None:
         """Make appended data durable and visible: fsync, then move the high watermarks (and
@@ -355,12 +439,14 @@ class Root:
         groups: dict[tuple[str, int], list[str]] = {}
         for f in sorted(staged, key=lambda f: (f.topic, f.partition, f.name)):
             groups.setdefault((f.topic, f.partition), []).append(f.name)
-        for (topic, p), names in groups.items():
-            data = b"".join(self.storage.read(f"{partition_dir(topic, p)}/{n}") for n in names)
-            if data:
-                out[(topic, p)] = self.writable_log(topic, p).append_batches(data, assign_offsets=True)
-            self._step("appended")
-        self._acknowledge(list(out), sink=(sink_id, batch_id))
+        self._ensure_high_watermarks(list(groups))
+        with self._fail_stop(list(groups)):
+            for (topic, p), names in groups.items():
+                data = b"".join(self.storage.read(f"{partition_dir(topic, p)}/{n}") for n in names)
+                if data:
+                    out[(topic, p)] = self.writable_log(topic, p).append_batches(data, assign_offsets=True)
+                self._step("appended")
+            self._acknowledge(list(out), sink=(sink_id, batch_id))
         self.sweep_staged(sink_id, batch_id, topics)
         return out
 
@@ -393,23 +479,7 @@ class Root:
         for p in parts:
             lg = self.log(topic, int(p))
             start = lg.log_start_offset if start_offset is None else max(start_offset, lg.log_start_offset)
-            t = lg.read_table(start, end_offset)
-            n = t.num_rows
-            tables.append(
-                pa.Table.from_arrays(
-                    [
-                        t.column("key"),
-                        t.column("value"),
-                        pa.array(np.full(n, topic, dtype=object), pa.string()),
-                        pa.array(np.full(n, int(p), dtype=np.int32)),
-                        t.column("offset"),
-                        t.column("timestamp").cast(pa.timestamp("ms")).cast(TIMESTAMP_TYPE),
-                        t.column("timestampType"),
-                        t.column("headers"),
-                    ],
-                    schema=TABLE_SCHEMA,
-                )
-            )
+            tables.append(kafka_columns(lg.read_table(start, end_offset), topic, int(p)))
         table = pa.concat_tables(tables) if tables else TABLE_SCHEMA.empty_table()
         return table if include_headers else table.drop_columns(["headers"])
 
@@ -434,15 +504,25 @@ class Root:
             else:
                 lso.pop(key, None)
         ckpt.write_offsets(self.storage, ckpt.RECOVERY_POINT, rp)
+        self._step("recovery-point-checkpointed")
         ckpt.write_offsets(self.storage, ckpt.LOG_START_OFFSET, lso)
+        self._step("log-start-checkpointed")
 
     def close(self) -> None:
         """Flush, write checkpoints and (as the writer) the clean-shutdown marker."""
-        if self._writer is not None:
+        if self._writer is not None and self._failed is not None:
+            for lg in self._logs.values():  # no flush, no checkpoint, no clean-shutdown marker
+                lg._failed = lg._failed or self._failed
+                lg.close()
+            self._writer.close()
+            self._writer = None
+        elif self._writer is not None:
             for lg in self._logs.values():
                 lg.close()
+            self._step("logs-closed")
             self.checkpoint()
             self.storage.write_atomic(CLEAN_SHUTDOWN, b'{"version":0,"brokerEpoch":-1}')
+            self._step("clean-shutdown-written")
             self._writer.close()
             self._writer = None
         else:

@@ -126,8 +126,11 @@ class LogSegment:
     def _index_batches(self, positions: np.ndarray, h: B.BatchHeaders) -> None:
         interval = self.config.index_interval_bytes
         last_off = h.last_offset
+        # an empty batch (kept by the cleaner) has no record at its max timestamp: it stays out of
+        # the time index, whose entries kafka-dump-log --verify-index-only checks against records
+        max_ts = np.where(h.records_count > 0, h.max_timestamp, -1)
         for i in range(len(h)):  # one step per batch (Kafka's per-batch recovery rule)
-            mts = int(h.max_timestamp[i])
+            mts = int(max_ts[i])
             if mts > self.max_timestamp_so_far:
                 self.max_timestamp_so_far = mts
                 self.offset_of_max_timestamp = int(last_off[i])
@@ -220,15 +223,24 @@ class LogSegment:
     def read_next_offset(self) -> int:
         """The offset after the last batch of the segment (base offset if empty)."""
         if self._next_offset is None:
-            last = self.base_offset
             _, pos = self.offset_index.lookup(2**63 - 1)
-            try:
-                for loc in self.iter_batches(pos):
-                    last = int(loc.headers.last_offset[-1]) + 1
-            except CorruptRecordError:
-                pass  # a trusted (clean) segment with a bad tail: reads will report it
-            self._next_offset = last
+            last = self._scan_next_offset(pos)
+            if last is None and pos > 0:
+                # the last index entry points at no batch: an index page that reached the disk
+                # before the log bytes it describes did (power loss), seen by a reader before
+                # any writer recovered the segment; scan the whole segment instead
+                last = self._scan_next_offset(0)
+            self._next_offset = self.base_offset if last is None else last
         return self._next_offset
+
+    def _scan_next_offset(self, position: int) -> int | None:
+        last = None
+        try:
+            for loc in self.iter_batches(position):
+                last = int(loc.headers.last_offset[-1]) + 1
+        except CorruptRecordError:
+            pass  # a trusted (clean) segment with a bad tail: reads will report it
+        return last
 
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int = 0) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= ``timestamp`` and offset >=

@@ -19,23 +19,6 @@ import pylog
 from pylog.storage.partitioner import partition_for_keys
 
 
-@pytest.fixture(scope="module")
-def spark() -> Any:
-    """The shared local SparkSession (reused if the connector tests already started one)."""
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    session = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    return session
-
-
 def values_in(root: Path, topic: str = "t") -> list[bytes]:
     with pylog.open(root, read_only=True) as r:
         return r.read_table(topic).column("value").to_pylist()

@@ -1,0 +1,377 @@
+"""Offsets of the ``pylog`` source: listing topic-partitions, resolving starting and ending
+offsets, admission control and splitting ranges into tasks -- the driver's half of Spark's
+Kafka source (``KafkaMicroBatchStream``, ``KafkaOffsetReaderAdmin``, ``KafkaOffsetRangeCalculator``).
+
+Offsets are Kafka positions ("next offset to read") in Spark's Kafka JSON,
+``{"<topic>": {"<partition>": <offset>}}``, topics and partitions sorted so that equal offsets
+are equal strings.  A *starting* offset may still be unresolved: ``-2`` (earliest), ``-1``
+(latest) or ``"timestamp:<ms>"``.  :func:`resolve` turns it into an offset against the log as it
+is now (when a micro-batch is planned) or, given the batch's end offset, against the records
+below that end only -- which is what makes ``initialOffset()`` and the replay of batch 0
+deterministic although the source gets no checkpoint to persist them in (see
+:class:`pylog.connector.stream.StreamReader`).
+
+This module does not import pyspark.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pylog
+from pylog.connector.options import (
+    EARLIEST,
+    LATEST,
+    OffsetSpec,
+    SourceOptionError,
+    SourceOptions,
+    Subscription,
+)
+from pylog.storage.errors import PylogError
+from pylog.storage.log import Log
+from pylog.storage.manager import Root
+
+log = logging.getLogger("pylog.connector")
+
+TopicPartition = tuple[str, int]
+StartValue = int | str  # an offset, -2, -1 or "timestamp:<ms>"
+TIMESTAMP_PREFIX = "timestamp:"
+
+DATA_LOSS_HINT = (
+    " Some data may have been lost because they are not available in the log any more: either "
+    "retention removed them before they were read, or the log was deleted and recreated. If you want "
+    "the query to continue despite such data loss, set the source option failOnDataLoss to false."
+)
+
+
+class DataLossError(PylogError):
+    """Offsets a query needs are gone (retention, deletion) and failOnDataLoss is true."""
+
+
+def report_data_loss(message: str, fail_on_data_loss: bool) -> None:
+    """Kafka's ``reportDataLoss``: raise with failOnDataLoss=true, else log and go on."""
+    if fail_on_data_loss:
+        raise DataLossError(message + DATA_LOSS_HINT)
+    log.warning("%s Continuing, as failOnDataLoss is false.", message)
+
+
+# ============================================================================ the root
+
+
+def open_root(path: str, storage_options: Mapping[str, Any] | None = None) -> Root:
+    """The one place a ``path`` option becomes storage; it grows to fsspec URLs with the storage
+    layer (``storage_options`` are the ``storage.*`` options).  Read-only: takes no lock and
+    never modifies a file."""
+    return pylog.open(path, dict(storage_options or {}) or None, read_only=True)
+
+
+def check_path(path: str) -> None:
+    """Fail at ``load()`` for a local root that does not exist."""
+    local = path[len("file://") :] if path.startswith("file://") else path
+    if "://" not in local and not os.path.isdir(local):
+        raise SourceOptionError(
+            f"option path: {path!r} is not a directory; valid values: the directory of an existing pylog "
+            "root (or of a Kafka log directory)"
+        )
+
+
+class RootView:
+    """A read-only view of the root, reopened on :meth:`refresh` to see what writers (in other
+    processes) have appended, created or removed since."""
+
+    def __init__(
+        self,
+        path: str,
+        storage_options: Mapping[str, Any] | None = None,
+        isolation_level: str = "read_uncommitted",
+    ):
+        self.path = path
+        self.storage_options = dict(storage_options or {})
+        self.isolation_level = isolation_level
+        self.root: Root = open_root(path, self.storage_options)
+
+    def refresh(self) -> None:
+        old = self.root
+        self.root = open_root(self.path, self.storage_options)
+        old.close()
+
+    def close(self) -> None:
+        self.root.close()
+
+    def topic_partitions(self, subscription: Subscription) -> list[TopicPartition]:
+        """The existing topic-partitions the subscription selects, sorted."""
+        root = self.root
+        if subscription.kind == "assign":
+            return [tp for tp in subscription.assignment if self.exists(tp)]
+        if subscription.kind == "subscribe":
+            topics = [t for t in subscription.topics if t in root.topics()]
+        else:
+            pattern = re.compile(subscription.pattern)
+            topics = [t for t in root.topics() if pattern.fullmatch(t)]
+        return sorted((t, p) for t in topics for p in range(root.partitions(t)))
+
+    def exists(self, tp: TopicPartition) -> bool:
+        return tp[0] in self.root.topics() and 0 <= tp[1] < self.root.partitions(tp[0])
+
+    def log(self, tp: TopicPartition) -> Log:
+        return self.root.log(tp[0], tp[1])
+
+    def earliest(self, tp: TopicPartition) -> int:
+        return self.log(tp).log_start_offset
+
+    def latest(self, tp: TopicPartition) -> int:
+        """The log end offset; under read_committed the last stable offset (Kafka's "latest")."""
+        if self.isolation_level == "read_committed":
+            from pylog.storage import transactions
+
+            return int(transactions.last_stable_offset(self.log(tp)))
+        return self.log(tp).log_end_offset
+
+    def latest_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: self.latest(tp) for tp in tps}
+
+    def offset_for_timestamp(self, tp: TopicPartition, timestamp: int) -> int | None:
+        """The first offset whose record timestamp is >= ``timestamp`` (Kafka's ListOffsets)."""
+        lg = self.log(tp)
+        found = lg.offset_for_timestamp(timestamp)
+        if found is None or found.offset >= self.latest(tp):
+            return None
+        return max(found.offset, lg.log_start_offset)
+
+
+# ============================================================================ JSON
+
+
+def to_json(offsets: Mapping[TopicPartition, StartValue]) -> dict[str, dict[str, StartValue]]:
+    """Spark's Kafka offset JSON, sorted (equal offsets give equal strings)."""
+    out: dict[str, dict[str, StartValue]] = {}
+    for (t, p), off in sorted(offsets.items()):
+        out.setdefault(t, {})[str(p)] = off
+    return out
+
+
+def from_json(doc: Any, what: str = "offset") -> dict[TopicPartition, StartValue]:
+    """Parse offset JSON as Spark hands it back (a dict, or its JSON text)."""
+    import json
+
+    def show(x: Any) -> str:
+        text = repr(x)
+        return text if len(text) <= 200 else f"{text[:200]}... ({len(text)} characters)"
+
+    if isinstance(doc, str):
+        try:
+            doc = json.loads(doc)
+        except ValueError as e:  # malformed text (a damaged checkpoint): a pylog error, not JSON's
+            raise PylogError(f"{what} {show(doc)} is not valid JSON: {e}") from None
+    if not isinstance(doc, dict):
+        raise PylogError(
+            f"{what} {show(doc)} is not Spark's Kafka offset JSON {{topic: {{partition: offset}}}}"
+        )
+    out: dict[TopicPartition, StartValue] = {}
+    for t, parts in doc.items():
+        if not isinstance(parts, dict):
+            raise PylogError(f"{what} {show(doc)}: the value for topic {t!r} is not an object")
+        for p, off in parts.items():
+            if not (isinstance(p, str) and p.isdecimal() and p.isascii() and len(p) <= 10):
+                raise PylogError(
+                    f"{what} {show(doc)}: partition {p!r} of topic {t!r} is not a partition number"
+                )
+            ok_int = isinstance(off, int) and not isinstance(off, bool) and -2 <= off < 2**63
+            ok_ts = isinstance(off, str) and off.startswith(TIMESTAMP_PREFIX)
+            if not (ok_int or ok_ts):
+                raise PylogError(f"{what} {show(doc)}: offset {show(off)} of {t}-{p} is not an offset")
+            out[(str(t), int(p))] = off
+    return out
+
+
+# ============================================================================ resolution
+
+
+def initial_spec(
+    spec: OffsetSpec | None, tps: list[TopicPartition], *, default: str, subscription: Subscription
+) -> dict[TopicPartition, StartValue]:
+    """Unresolved starting offsets for the topic-partitions that exist now."""
+    kind = default if spec is None else spec.kind
+    if kind == "earliest":
+        return dict.fromkeys(tps, EARLIEST)
+    if kind == "latest":
+        return dict.fromkeys(tps, LATEST)
+    assert spec is not None
+    if kind == "timestamp":
+        return dict.fromkeys(tps, f"{TIMESTAMP_PREFIX}{spec.timestamp}")
+    given = spec.per_partition()
+    _check_covers(spec, given, tps, subscription)
+    if kind == "timestamps":
+        return {tp: f"{TIMESTAMP_PREFIX}{given[tp]}" for tp in tps}
+    return {tp: given[tp] for tp in tps}
+
+
+def _check_covers(
+    spec: OffsetSpec,
+    given: Mapping[TopicPartition, int],
+    tps: list[TopicPartition],
+    subscription: Subscription,
+) -> None:
+    if set(given) != set(tps):
+
+        def show(s: Any) -> str:
+            return ", ".join(f"{t}-{p}" for t, p in sorted(s)) or "none"
+
+        raise SourceOptionError(
+            f"option {spec.option}: when it gives offsets or timestamps per partition, it must give every "
+            f"topic-partition of {subscription.describe()} (use -2 for earliest, -1 for latest). "
+            f"Given: {show(given)}; existing: {show(tps)}"
+        )
+
+
+def resolve(
+    view: RootView,
+    tp: TopicPartition,
+    value: StartValue,
+    *,
+    strategy: str = "error",
+    bound: int | None = None,
+) -> int:
+    """An offset for a starting value.  Without ``bound``: against the log as it is now.  With
+    ``bound`` (the end offset of the batch being planned): against the records below it only, so
+    that the same (start, end) pair always resolves to the same offset."""
+    if isinstance(value, int) and value >= 0:
+        return value
+    if value == EARLIEST:
+        off = view.earliest(tp)
+        return off if bound is None else min(off, bound)
+    if value == LATEST:
+        return view.latest(tp) if bound is None else bound
+    if not (isinstance(value, str) and value.startswith(TIMESTAMP_PREFIX)):
+        raise PylogError(f"starting offset {value!r} of {tp[0]}-{tp[1]} is not valid")
+    ts = int(value[len(TIMESTAMP_PREFIX) :])
+    found = view.offset_for_timestamp(tp, ts)
+    if bound is not None:
+        return bound if found is None or found >= bound else found
+    if found is not None:
+        return found
+    if strategy == "latest":
+        return view.latest(tp)
+    raise SourceOptionError(
+        f"no offset matched from request of topic-partition {tp[0]}-{tp[1]} and timestamp {ts}: no record "
+        "has a timestamp at or after it. Set the option startingOffsetsByTimestampStrategy to latest to "
+        "start at the latest offset in that case"
+    )
+
+
+def ending_offsets(
+    opts: SourceOptions, view: RootView, tps: list[TopicPartition]
+) -> dict[TopicPartition, int]:
+    """A batch read's end offsets (``endingTimestamp``, ``endingOffsetsByTimestamp``,
+    ``endingOffsets``; no match for a timestamp means latest, as in Kafka)."""
+    spec = opts.ending
+    if spec is None or spec.kind == "latest":
+        return view.latest_offsets(tps)
+    if spec.kind == "timestamp":
+        out = {}
+        for tp in tps:
+            found = view.offset_for_timestamp(tp, spec.timestamp)
+            out[tp] = view.latest(tp) if found is None else found
+        return out
+    given = spec.per_partition()
+    _check_covers(spec, given, tps, opts.subscription)
+    out = {}
+    for tp in tps:
+        v = given[tp]
+        if spec.kind == "timestamps":
+            found = view.offset_for_timestamp(tp, v)
+            out[tp] = view.latest(tp) if found is None else found
+        else:
+            out[tp] = view.latest(tp) if v == LATEST else v
+    return out
+
+
+# ============================================================================ admission control
+
+
+def rate_limit(
+    limit: int, start: Mapping[TopicPartition, int], until: Mapping[TopicPartition, int]
+) -> dict[TopicPartition, int]:
+    """Kafka's ``rateLimit``: ``limit`` offsets split across partitions in proportion to their
+    backlog; a share below 1 is rounded up so small partitions are not starved, others down."""
+    sizes = {tp: end - start[tp] for tp, end in until.items() if tp in start and end - start[tp] > 0}
+    total = sum(sizes.values())
+    if total < 1:
+        return dict(until)
+    out = {}
+    for tp, end in until.items():
+        size = sizes.get(tp)
+        if size is None:
+            out[tp] = end
+            continue
+        prorate = limit * (size / total)
+        step = math.ceil(prorate) if prorate < 1 else math.floor(prorate)
+        out[tp] = min(end, start[tp] + step)
+    return out
+
+
+def backlog(start: Mapping[TopicPartition, int], until: Mapping[TopicPartition, int]) -> int:
+    return sum(max(0, end - start.get(tp, 0)) for tp, end in until.items())
+
+
+# ============================================================================ ranges
+
+
+@dataclass(frozen=True)
+class OffsetRange:
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+def split_ranges(
+    ranges: list[OffsetRange], min_partitions: int | None, max_records: int | None
+) -> list[OffsetRange]:
+    """Kafka's ``KafkaOffsetRangeCalculator``.  Empty ranges are dropped; ranges of more than
+    ``maxRecordsPerPartition`` offsets are cut into that many equal parts; then, if there are
+    fewer ranges than ``minPartitions``, the ranges whose share of the total is worth more than
+    one part are cut in proportion to their size (the others stay whole)."""
+    out = [r for r in ranges if r.size > 0]
+    if max_records is not None:
+        out = [piece for r in out for piece in _split(r, math.ceil(r.size / max_records))]
+    if min_partitions is None or len(out) >= min_partitions:
+        return out
+    total = sum(r.size for r in out)
+    whole = [_parts(r.size, total, min_partitions) == 1 for r in out]
+    split_total = total - sum(r.size for r, w in zip(out, whole, strict=True) if w)
+    split_min = max(min_partitions - sum(whole), 1)
+    return [
+        piece
+        for r, w in zip(out, whole, strict=True)
+        for piece in _split(r, 1 if w else _parts(r.size, split_total, split_min))
+    ]
+
+
+def _parts(size: int, total: int, parts: int) -> int:
+    return max(math.floor(size / total * parts + 0.5), 1)  # Scala's math.round, at least 1
+
+
+def _split(r: OffsetRange, parts: int) -> list[OffsetRange]:
+    if parts <= 1:
+        return [r]
+    out = []
+    remaining, start = r.size, r.start
+    for part in range(parts):
+        this = remaining // (parts - part)  # the last part takes the rounding
+        remaining -= this
+        end = min(start + this, r.end)
+        if end > start:
+            out.append(OffsetRange(r.topic, r.partition, start, end))
+        start = end
+    return out

@@ -1,0 +1,528 @@
+"""Options of the ``pylog`` source: the names, values and defaults of Spark's Kafka source.
+
+:func:`parse_options` turns the string options Spark hands a data source (keys case-insensitive)
+into a :class:`SourceOptions`, raising :class:`SourceOptionError` (a ``ValueError``) that names
+the option and its valid values for anything invalid or conflicting.  It runs in
+``DataSource.schema()``, i.e. at ``load()``.  The checks that depend on the kind of query
+(``endingOffsets`` is batch-only, ``startingOffsets=latest`` is streaming-only) run when Spark
+creates the reader: a Python data source is not told at ``load()`` whether it is read as a
+stream or a batch.
+
+This module does not import pyspark.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pylog.storage.config import validate_topic_name
+from pylog.storage.errors import ConfigError
+
+log = logging.getLogger("pylog.connector")
+
+EARLIEST = -2
+"""Offset JSON value for the earliest offset (Kafka's ``-2``)."""
+LATEST = -1
+"""Offset JSON value for the latest offset (Kafka's ``-1``)."""
+INT64_MAX = 2**63 - 1
+
+STORAGE_PREFIX = "storage."
+"""Options starting with this prefix are passed (without it) to the storage as fsspec options."""
+
+
+class SourceOptionError(ConfigError):
+    """An invalid, unknown or conflicting source option (Kafka's IllegalArgumentException)."""
+
+
+# canonical name -> one line of documentation (the valid values).  Keys are matched case-insensitively.
+OPTIONS: dict[str, str] = {
+    "path": "the pylog root: a local path or file:// URL (required)",
+    "subscribe": "comma-separated topic names",
+    "subscribePattern": "a regular expression matched against whole topic names",
+    "assign": 'JSON {"topicA":[0,1],"topicB":[2,4]}',
+    "startingOffsets": "earliest, latest (streaming only) or JSON "
+    '{"topicA":{"0":23,"1":-1}} (-2 earliest, -1 latest)',
+    "endingOffsets": 'latest or JSON {"topicA":{"0":50,"1":-1}} (-1 latest); batch queries only',
+    "startingTimestamp": "milliseconds since the epoch",
+    "startingOffsetsByTimestamp": 'JSON {"topicA":{"0":1700000000000}}',
+    "startingOffsetsByTimestampStrategy": "error or latest",
+    "endingTimestamp": "milliseconds since the epoch; batch queries only",
+    "endingOffsetsByTimestamp": 'JSON {"topicA":{"0":1700000000000}}; batch queries only',
+    "failOnDataLoss": "true or false",
+    "maxOffsetsPerTrigger": "a positive integer",
+    "minOffsetsPerTrigger": "a positive integer, at most maxOffsetsPerTrigger",
+    "maxTriggerDelay": "a duration such as 15m, 30s, 500ms (used with minOffsetsPerTrigger)",
+    "minPartitions": "a positive integer",
+    "maxRecordsPerPartition": "a positive integer",
+    "includeHeaders": "true or false",
+    "isolationLevel": "read_uncommitted or read_committed",
+    "groupId": "the name this query's consumed offsets are recorded under ([a-zA-Z0-9._-]+)",
+    "groupIdPrefix": "prefix of the generated groupId",
+    # Kafka source options that have no effect on pylog; accepted so Kafka jobs keep working.
+    "kafkaConsumer.pollTimeoutMs": "accepted for compatibility, no effect",
+    "fetchOffset.numRetries": "accepted for compatibility, no effect",
+    "fetchOffset.retryIntervalMs": "accepted for compatibility, no effect",
+}
+_CANONICAL = {k.lower(): k for k in OPTIONS}
+_KAFKA_SYNONYMS = {"kafka.isolation.level": "isolationLevel", "kafka.group.id": "groupId"}
+_KAFKA_REJECTED = {
+    "kafka.bootstrap.servers": "pylog reads a log directory, not brokers: replace kafka.bootstrap.servers "
+    "(and the other connection options) with the option path",
+    "kafka.auto.offset.reset": "Kafka option 'auto.offset.reset' is not supported; set the source option "
+    "startingOffsets to 'earliest' or 'latest' to choose where a new query starts",
+    "kafka.key.deserializer": "Kafka option 'key.deserializer' is not supported: keys are binary; use "
+    "DataFrame operations to deserialize them",
+    "kafka.value.deserializer": "Kafka option 'value.deserializer' is not supported: values are binary; "
+    "use DataFrame operations to deserialize them",
+    "kafka.enable.auto.commit": "Kafka option 'enable.auto.commit' is not supported",
+    "kafka.interceptor.classes": "Kafka option 'interceptor.classes' is not supported",
+}
+SUBSCRIPTIONS = ("assign", "subscribe", "subscribePattern")
+DEFAULT_GROUP_ID_PREFIX = "spark-pylog-source"
+_GROUP_RE = re.compile(r"[a-zA-Z0-9._-]{1,200}")
+_DURATION_RE = re.compile(r"\s*(-?\d+)\s*(us|ms|s|m|min|h|d)?\s*", re.IGNORECASE)
+_DURATION_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+TopicPartition = tuple[str, int]
+
+
+# ============================================================================ values
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """Which topic-partitions to read: exactly one of Kafka's three strategies."""
+
+    kind: str  # "assign" | "subscribe" | "subscribePattern"
+    topics: tuple[str, ...] = ()
+    pattern: str = ""
+    assignment: tuple[TopicPartition, ...] = ()
+
+    def matches(self, topic: str) -> bool:
+        if self.kind == "subscribe":
+            return topic in self.topics
+        if self.kind == "subscribePattern":
+            return re.fullmatch(self.pattern, topic) is not None
+        return any(t == topic for t, _ in self.assignment)
+
+    def describe(self) -> str:
+        if self.kind == "subscribe":
+            return f"subscribe={','.join(self.topics)}"
+        if self.kind == "subscribePattern":
+            return f"subscribePattern={self.pattern}"
+        return f"assign={assignment_json(self.assignment)}"
+
+
+@dataclass(frozen=True)
+class OffsetSpec:
+    """Where reading starts or ends, before it is resolved against the log.
+
+    kind: ``earliest`` | ``latest`` | ``offsets`` (``offsets`` per partition, -2/-1 allowed) |
+    ``timestamp`` (one ``timestamp`` for every partition) | ``timestamps`` (per partition)."""
+
+    kind: str
+    offsets: tuple[tuple[TopicPartition, int], ...] = ()
+    timestamp: int = 0
+    option: str = ""  # the option it came from, for messages
+
+    def per_partition(self) -> dict[TopicPartition, int]:
+        return dict(self.offsets)
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    path: str
+    subscription: Subscription
+    starting: OffsetSpec | None  # None: the default (latest streaming, earliest batch)
+    ending: OffsetSpec | None  # None: latest
+    timestamp_strategy: str = "error"
+    fail_on_data_loss: bool = True
+    max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60_000
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
+    include_headers: bool = False
+    isolation_level: str = "read_uncommitted"
+    group_id: str = ""
+    storage_options: Mapping[str, Any] = field(default_factory=dict, repr=False)  # may hold credentials
+    given: tuple[str, ...] = ()  # canonical names of the options given
+
+    def for_stream(self) -> SourceOptions:
+        """Check the options for a streaming query (Kafka's ``validateStreamOptions``)."""
+        for name, what in (
+            ("endingOffsets", "ending offset"),
+            ("endingOffsetsByTimestamp", "ending timestamp"),
+            ("endingTimestamp", "ending timestamp"),
+        ):
+            if name in self.given:
+                raise SourceOptionError(
+                    f"option {name}: {what} not valid in streaming queries; it applies to batch reads "
+                    "(spark.read) only"
+                )
+        return self
+
+    def for_batch(self) -> SourceOptions:
+        """Check the options for a batch query (Kafka's ``validateBatchOptions``)."""
+        st = self.starting
+        if st is not None and st.kind == "latest":
+            raise SourceOptionError(
+                "option startingOffsets: starting offset can't be latest for batch queries; valid values "
+                "for batch queries: earliest or JSON offsets (-2 earliest)"
+            )
+        if st is not None and st.kind == "offsets":
+            for (t, p), off in st.offsets:
+                if off == LATEST:
+                    raise SourceOptionError(
+                        f"option startingOffsets: startingOffsets for {t}-{p} can't be latest (-1) for "
+                        "batch queries; use -2 (earliest) or an offset"
+                    )
+        en = self.ending
+        if en is not None and en.kind == "earliest":
+            raise SourceOptionError(
+                "option endingOffsets: ending offset can't be earliest for batch queries; valid values: "
+                "latest or JSON offsets (-1 latest)"
+            )
+        if en is not None and en.kind == "offsets":
+            for (t, p), off in en.offsets:
+                if off == EARLIEST:
+                    raise SourceOptionError(
+                        f"option endingOffsets: ending offset for {t}-{p} can't be earliest (-2) for batch "
+                        "queries; use -1 (latest) or an offset"
+                    )
+        for name in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
+            if name in self.given:
+                log.warning("option %s is ignored in batch queries", name)
+        return self
+
+
+# ============================================================================ parsing
+
+
+def parse_options(raw: Mapping[str, str]) -> SourceOptions:
+    """Validate the options of a ``pylog`` read; raises :class:`SourceOptionError`."""
+    opts: dict[str, str] = {}
+    storage: dict[str, Any] = {}
+    ignored_kafka: list[str] = []
+    for key, value in raw.items():
+        lk = str(key).lower()
+        if value is None:
+            continue
+        value = str(value)
+        if lk.startswith(STORAGE_PREFIX) and len(lk) > len(STORAGE_PREFIX):
+            storage[str(key)[len(STORAGE_PREFIX) :]] = _storage_value(value)
+        elif lk in _KAFKA_REJECTED:
+            raise SourceOptionError(f"option {lk}: {_KAFKA_REJECTED[lk]}")
+        elif lk in _KAFKA_SYNONYMS:
+            name = _KAFKA_SYNONYMS[lk]
+            if name in opts and opts[name] != value:
+                raise SourceOptionError(
+                    f"options {name} and {lk} are both given, with different values; give one of them"
+                )
+            opts[name] = value
+        elif lk.startswith("kafka."):
+            ignored_kafka.append(lk)
+        elif lk in _CANONICAL:
+            name = _CANONICAL[lk]
+            if name in opts and opts[name] != value:
+                raise SourceOptionError(
+                    f"option {name} is given twice with different values (the synonym "
+                    f"{'kafka.' + name if name != 'groupId' else 'kafka.group.id'} too?)"
+                )
+            opts[name] = value
+        else:
+            raise SourceOptionError(
+                f"unknown option {key!r} for the pylog source; valid options: {', '.join(OPTIONS)}, "
+                f"and {STORAGE_PREFIX}* for the storage"
+            )
+    if ignored_kafka:
+        log.warning(
+            "Kafka client options have no effect on the pylog source and are ignored: %s", ignored_kafka
+        )
+
+    path = opts.get("path", "").strip()
+    if not path:
+        raise SourceOptionError(
+            "option path is required: the pylog root directory (a local path or file:// URL), e.g. "
+            ".option('path', '/data/events') or .load('/data/events')"
+        )
+    subscription = _subscription(opts)
+    starting = _offset_spec(opts, "startingTimestamp", "startingOffsetsByTimestamp", "startingOffsets")
+    ending = _offset_spec(opts, "endingTimestamp", "endingOffsetsByTimestamp", "endingOffsets")
+    strategy = opts.get("startingOffsetsByTimestampStrategy", "error").strip().lower()
+    if strategy not in ("error", "latest"):
+        raise SourceOptionError(
+            f"option startingOffsetsByTimestampStrategy: {_show(opts['startingOffsetsByTimestampStrategy'])} "
+            "is not valid; valid values: error, latest"
+        )
+    max_opt = _positive(opts, "maxOffsetsPerTrigger")
+    min_opt = _positive(opts, "minOffsetsPerTrigger")
+    if max_opt is not None and min_opt is not None and min_opt > max_opt:
+        raise SourceOptionError(
+            f"option minOffsetsPerTrigger: the value of minOffsetsPerTrigger ({min_opt}) is higher than "
+            f"maxOffsetsPerTrigger ({max_opt}); it must be at most maxOffsetsPerTrigger"
+        )
+    isolation = opts.get("isolationLevel", "read_uncommitted").strip().lower()
+    if isolation not in ("read_uncommitted", "read_committed"):
+        raise SourceOptionError(
+            f"option isolationLevel: {_show(opts['isolationLevel'])} is not valid; valid values: "
+            "read_uncommitted, read_committed"
+        )
+    group_id = opts.get("groupId", "").strip()
+    if group_id and not _GROUP_RE.fullmatch(group_id):
+        raise SourceOptionError(
+            f"option groupId: {_show(group_id)} is not valid; valid values: 1 to 200 characters from "
+            "[a-zA-Z0-9._-]"
+        )
+    if group_id and "groupIdPrefix" in opts:
+        log.warning("option groupIdPrefix is ignored as groupId (kafka.group.id) is set")
+    if not group_id:
+        prefix = opts.get("groupIdPrefix", DEFAULT_GROUP_ID_PREFIX).strip()
+        if not _GROUP_RE.fullmatch(prefix) or len(prefix) > 180:
+            raise SourceOptionError(
+                f"option groupIdPrefix: {_show(prefix)} is not valid; valid values: 1 to 180 characters "
+                "from [a-zA-Z0-9._-]"
+            )
+        group_id = f"{prefix}-{_fingerprint(path, subscription)}"
+    return SourceOptions(
+        path=path,
+        subscription=subscription,
+        starting=starting,
+        ending=ending,
+        timestamp_strategy=strategy,
+        fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+        max_offsets_per_trigger=max_opt,
+        min_offsets_per_trigger=min_opt,
+        max_trigger_delay_ms=_duration_ms(opts, "maxTriggerDelay", 15 * 60_000),
+        min_partitions=_positive(opts, "minPartitions", int32=True),
+        max_records_per_partition=_positive(opts, "maxRecordsPerPartition"),
+        include_headers=_bool(opts, "includeHeaders", False),
+        isolation_level=isolation,
+        group_id=group_id,
+        storage_options=storage,
+        given=tuple(sorted(opts)),
+    )
+
+
+def _subscription(opts: dict[str, str]) -> Subscription:
+    given = [k for k in SUBSCRIPTIONS if k in opts]
+    if not given:
+        raise SourceOptionError(
+            f"one of the options {', '.join(SUBSCRIPTIONS)} must be given to say which topics to read"
+        )
+    if len(given) > 1:
+        raise SourceOptionError(
+            f"only one of the options {', '.join(SUBSCRIPTIONS)} can be given; got {', '.join(given)}"
+        )
+    kind = given[0]
+    value = opts[kind]
+    if kind == "subscribe":
+        topics = tuple(dict.fromkeys(t.strip() for t in value.split(",") if t.strip()))
+        if not topics:
+            raise SourceOptionError(
+                f"option subscribe: no topics to subscribe to, as the value is {_show(value)}; valid "
+                "values: comma-separated topic names"
+            )
+        for t in topics:
+            _topic(t, "subscribe")
+        return Subscription("subscribe", topics=topics)
+    if kind == "subscribePattern":
+        pattern = value.strip()
+        if not pattern:
+            raise SourceOptionError(
+                f"option subscribePattern: the pattern to subscribe to is empty ({_show(value)}); valid "
+                "values: a regular expression"
+            )
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise SourceOptionError(
+                f"option subscribePattern: {_show(pattern)} is not a valid regular expression: {e}"
+            ) from None
+        return Subscription("subscribePattern", pattern=pattern)
+    text = value.strip()
+    if not text.startswith("{"):
+        raise SourceOptionError(
+            f"option assign: no topic-partitions to assign, as the value is {_show(value)}; valid values: "
+            + OPTIONS["assign"]
+        )
+    doc = _json(text, "assign", OPTIONS["assign"])
+    pairs: list[TopicPartition] = []
+    for topic, parts in doc.items():
+        _topic(topic, "assign")
+        if not isinstance(parts, list) or not all(_is_int(p) and p >= 0 for p in parts):
+            raise SourceOptionError(
+                f"option assign: partitions of topic {topic!r} must be a JSON list of non-negative "
+                f"integers, got {_show(json.dumps(parts))}; valid values: {OPTIONS['assign']}"
+            )
+        pairs.extend((topic, int(p)) for p in parts)
+    if not pairs:
+        raise SourceOptionError(f"option assign: no topic-partitions to assign in {_show(value)}")
+    return Subscription("assign", assignment=tuple(sorted(set(pairs))))
+
+
+def _offset_spec(opts: dict[str, str], ts_name: str, by_ts_name: str, offsets_name: str) -> OffsetSpec | None:
+    """Kafka's precedence: the global timestamp, then per-partition timestamps, then offsets."""
+    if ts_name in opts:
+        ts = _long(opts, ts_name)
+        if ts < 0:
+            raise SourceOptionError(
+                f"option {ts_name}: {ts} is not valid; valid values: {OPTIONS[ts_name]} (not negative)"
+            )
+        return OffsetSpec("timestamp", timestamp=ts, option=ts_name)
+    if by_ts_name in opts:
+        table = _partition_map(opts[by_ts_name], by_ts_name)
+        for (t, p), ts in table:
+            if ts < 0:
+                raise SourceOptionError(
+                    f"option {by_ts_name}: timestamp {ts} of {t}-{p} is negative; valid values: "
+                    f"{OPTIONS[by_ts_name]}"
+                )
+        return OffsetSpec("timestamps", offsets=table, option=by_ts_name)
+    if offsets_name in opts:
+        value = opts[offsets_name].strip()
+        low = value.lower()
+        if low in ("earliest", "latest"):
+            return OffsetSpec(low, option=offsets_name)
+        if not value.startswith("{"):
+            raise SourceOptionError(
+                f"option {offsets_name}: {_show(value)} is not valid; valid values: {OPTIONS[offsets_name]}"
+            )
+        table = _partition_map(value, offsets_name)
+        for (t, p), off in table:
+            if off < EARLIEST:
+                raise SourceOptionError(
+                    f"option {offsets_name}: offset {off} of {t}-{p} is not valid; valid values: an "
+                    "offset >= 0, -2 (earliest) or -1 (latest)"
+                )
+        return OffsetSpec("offsets", offsets=table, option=offsets_name)
+    return None
+
+
+def _partition_map(text: str, name: str) -> tuple[tuple[TopicPartition, int], ...]:
+    doc = _json(text, name, OPTIONS[name])
+    out: list[tuple[TopicPartition, int]] = []
+    for topic, parts in doc.items():
+        _topic(topic, name)
+        if not isinstance(parts, dict):
+            raise SourceOptionError(
+                f"option {name}: the value for topic {topic!r} must be a JSON object "
+                f'{{"<partition>": <number>}}; valid values: {OPTIONS[name]}'
+            )
+        for p, v in parts.items():
+            try:
+                part = int(p)
+            except ValueError:
+                part = -1
+            if part < 0 or str(part) != str(p).strip():
+                raise SourceOptionError(
+                    f"option {name}: partition {p!r} of topic {topic!r} is not a non-negative integer"
+                )
+            if not _is_int(v) or not -(2**63) <= v <= INT64_MAX:
+                raise SourceOptionError(
+                    f"option {name}: the value for {topic}-{part} must be a 64-bit integer, got "
+                    f"{_show(json.dumps(v))}"
+                )
+            out.append(((topic, part), int(v)))
+    if not out:
+        raise SourceOptionError(
+            f"option {name}: no partitions in {_show(text)}; valid values: {OPTIONS[name]}"
+        )
+    return tuple(sorted(out))
+
+
+# ============================================================================ helpers
+
+
+def _json(text: str, name: str, valid: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise SourceOptionError(
+            f"option {name}: {_show(text)} is not valid JSON ({e}); valid values: {valid}"
+        ) from None
+    if not isinstance(doc, dict):
+        raise SourceOptionError(f"option {name}: {_show(text)} is not a JSON object; valid values: {valid}")
+    return doc
+
+
+def _topic(name: str, option: str) -> str:
+    try:
+        return validate_topic_name(name)
+    except ConfigError as e:
+        raise SourceOptionError(f"option {option}: {e}") from None
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _long(opts: dict[str, str], name: str) -> int:
+    text = opts[name].strip()
+    if not re.fullmatch(r"[+-]?\d{1,19}", text) or not -(2**63) <= int(text) <= INT64_MAX:
+        raise SourceOptionError(
+            f"option {name}: {_show(opts[name])} is not a 64-bit integer; valid values: {OPTIONS[name]}"
+        )
+    return int(text)
+
+
+def _positive(opts: dict[str, str], name: str, *, int32: bool = False) -> int | None:
+    if name not in opts:
+        return None
+    text = opts[name].strip()
+    top = 2**31 - 1 if int32 else INT64_MAX
+    if not re.fullmatch(r"[+-]?\d{1,19}", text) or not 0 < int(text) <= top:
+        raise SourceOptionError(
+            f"option {name}: {_show(opts[name])} is not valid; valid values: a positive integer"
+            + (f" up to {top}" if int32 else "")
+        )
+    return int(text)
+
+
+def _bool(opts: dict[str, str], name: str, default: bool) -> bool:
+    if name not in opts:
+        return default
+    text = opts[name].strip().lower()
+    if text not in ("true", "false"):
+        raise SourceOptionError(f"option {name}: {_show(opts[name])} is not valid; valid values: true, false")
+    return text == "true"
+
+
+def _duration_ms(opts: dict[str, str], name: str, default: int) -> int:
+    if name not in opts:
+        return default
+    m = _DURATION_RE.fullmatch(opts[name])
+    if not m or int(m.group(1)) < 0:
+        raise SourceOptionError(
+            f"option {name}: {_show(opts[name])} is not a duration; valid values: a number with a unit "
+            "us, ms, s, m, min, h or d (e.g. 15m, 30s); a bare number is milliseconds"
+        )
+    return int(int(m.group(1)) * _DURATION_MS[(m.group(2) or "ms").lower()])
+
+
+def _storage_value(value: str) -> Any:
+    low = value.strip().lower()
+    return {"true": True, "false": False}.get(low, value)
+
+
+def _show(text: str, limit: int = 80) -> str:
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
+
+
+def _fingerprint(path: str, subscription: Subscription) -> str:
+    """A stable id for a query without a groupId: the same path and subscription give the same id."""
+    doc = json.dumps([path, subscription.describe()])
+    return hashlib.sha256(doc.encode()).hexdigest()[:16]
+
+
+def assignment_json(pairs: tuple[TopicPartition, ...]) -> str:
+    out: dict[str, list[int]] = {}
+    for t, p in pairs:
+        out.setdefault(t, []).append(p)
+    return json.dumps(out, separators=(",", ":"))

@@ -1,0 +1,220 @@
+"""``spark.readStream.format("pylog")``: the micro-batch stream reader (Kafka's
+``KafkaMicroBatchStream``).
+
+Spark runs ``initialOffset``, ``latestOffset``, ``partitions``, ``commit`` and
+``reportLatestOffset`` in one long-lived Python process on the driver; ``read`` runs on
+executors with a copy of the reader made at planning time, so every range travels in its
+:class:`~pylog.connector.scan.ReadTask`.
+
+Initial offsets.  Kafka persists its resolved initial offsets under the query checkpoint; a
+Python source never learns the checkpoint.  Spark asks ``initialOffset()`` again when it replays
+batch 0 (after a failure, in a new process) and plans that batch from the answer and the end
+offset in its offset log.  So ``initialOffset()`` does not resolve anything: it returns the
+starting *specification* per partition -- ``-2`` (earliest), ``-1`` (latest, Kafka's codes) or
+``"timestamp:<ms>"`` -- which is the same on every call.  ``latestOffset`` resolves it against
+the log to compute the end of batch 0, and ``partitions(start, end)`` resolves it against the
+records *below that end*: latest becomes the end itself, a timestamp the first offset below the
+end whose record is at or after it.  Batch 0 and its replay therefore read the same rows however
+much data arrived in between.  (``earliest`` is the log start offset when planned; only retention
+can move it.)
+
+Partitions that appear later (new partitions, new topics matching ``subscribePattern``) start at
+offset 0, i.e. at the earliest record, as in Kafka; a start below the log start offset is
+reported as data loss by the read.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+
+from pylog.connector.offsets import (
+    OffsetRange,
+    RootView,
+    StartValue,
+    backlog,
+    from_json,
+    initial_spec,
+    rate_limit,
+    report_data_loss,
+    resolve,
+    split_ranges,
+    to_json,
+)
+from pylog.connector.options import SourceOptions
+from pylog.connector.progress import write_consumer_offsets
+from pylog.connector.scan import ReadTask, read_task
+from pylog.connector.source import listing, task_for
+from pylog.storage.errors import PylogError
+
+log = logging.getLogger("pylog.connector")
+
+TopicPartition = tuple[str, int]
+
+
+def _resolved(value: StartValue) -> bool:
+    return isinstance(value, int) and value >= 0
+
+
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches of new records; offsets in Spark's Kafka JSON."""
+
+    def __init__(self, opts: SourceOptions):
+        self.opts = opts
+        self._view: RootView | None = None
+        self._initial: dict[str, Any] | None = None
+        self._target: dict[TopicPartition, int] | None = None  # Trigger.AvailableNow
+        self._latest: dict[TopicPartition, int] | None = None
+        self._last_trigger_ms = 0.0
+        self._commit_warned = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_view"] = None  # executors open their own
+        return state
+
+    def _refresh(self) -> RootView:
+        if self._view is None:
+            self._view = RootView(self.opts.path, self.opts.storage_options, self.opts.isolation_level)
+        else:
+            self._view.refresh()
+        return self._view
+
+    # ------------------------------------------------------------------ offsets
+
+    def initialOffset(self) -> dict[str, Any]:
+        if self._initial is None:
+            view = self._refresh()
+            tps = listing(view, self.opts.subscription)
+            spec = initial_spec(
+                self.opts.starting, tps, default="latest", subscription=self.opts.subscription
+            )
+            self._initial = to_json(spec)
+        return self._initial
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        if self.opts.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.opts.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        view = self._refresh()
+        self._target = view.latest_offsets(listing(view, self.opts.subscription))
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        view = self._refresh()
+        start_map = from_json(start, "start offset")
+        latest = self._available(view)
+        self._latest = latest
+        begin: dict[TopicPartition, int] = {}
+        for tp in latest:
+            if tp in start_map:
+                begin[tp] = resolve(view, tp, start_map[tp], strategy=self.opts.timestamp_strategy)
+            else:  # a new partition: read from the earliest record
+                begin[tp] = view.earliest(tp)
+        pinned = all(_resolved(v) for v in start_map.values())  # not batch 0 of a fresh query
+        if isinstance(limit, ReadAllAvailable):
+            end = dict(latest)
+        else:
+            min_rows = limit.min_rows if isinstance(limit, ReadMinRows) else self.opts.min_offsets_per_trigger
+            if (
+                min_rows is not None
+                and pinned
+                and self._target is None
+                and self._delay(min_rows, begin, latest)
+            ):
+                return start
+            end = (
+                rate_limit(limit.max_rows, begin, latest) if isinstance(limit, ReadMaxRows) else dict(latest)
+            )
+        self._last_trigger_ms = time.monotonic() * 1000
+        return to_json(end)  # partitions that disappeared are left out: partitions() reports them
+
+    def _available(self, view: RootView) -> dict[TopicPartition, int]:
+        tps = view.topic_partitions(self.opts.subscription)
+        if self._target is None:
+            return view.latest_offsets(tps)
+        gone = sorted(set(self._target) - set(tps))
+        if gone:
+            raise PylogError(
+                "Trigger.AvailableNow: topic-partitions present when the query started are gone: "
+                + ", ".join(f"{t}-{p}" for t, p in gone)
+            )
+        return {tp: min(view.latest(tp), end) for tp, end in self._target.items()}
+
+    def _delay(
+        self, min_rows: int, begin: dict[TopicPartition, int], latest: dict[TopicPartition, int]
+    ) -> bool:
+        """Kafka's ``delayBatch``: skip this trigger while fewer than ``min_rows`` offsets are
+        new, until maxTriggerDelay has passed since the last batch."""
+        now = time.monotonic() * 1000
+        if self._last_trigger_ms == 0:
+            self._last_trigger_ms = now
+        return (
+            backlog(begin, latest) < min_rows and now - self._last_trigger_ms < self.opts.max_trigger_delay_ms
+        )
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        return None if self._latest is None else to_json(self._latest)
+
+    # ------------------------------------------------------------------ planning and reading
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        start_map = from_json(start, "start offset")
+        end_map = {tp: v for tp, v in from_json(end, "end offset").items() if _resolved(v)}
+        gone = sorted(tp for tp, v in start_map.items() if tp not in end_map and _resolved(v))
+        if gone:
+            report_data_loss(
+                "topic-partitions " + ", ".join(f"{t}-{p}" for t, p in gone) + " are gone (deleted).",
+                self.opts.fail_on_data_loss,
+            )
+        view = self._view
+        if view is None or not all(_resolved(v) for v in start_map.values()):
+            view = self._refresh()
+        ranges = []
+        for tp, until in sorted(end_map.items()):  # type: ignore[type-var]
+            begin = resolve(view, tp, start_map.get(tp, 0), bound=until)  # type: ignore[arg-type]
+            if until < begin:
+                report_data_loss(
+                    f"{tp[0]}-{tp[1]}: offset was changed from {begin} to {until} (the log was deleted and "
+                    "recreated, or truncated).",
+                    self.opts.fail_on_data_loss,
+                )
+                continue
+            ranges.append(OffsetRange(tp[0], tp[1], begin, until))  # type: ignore[arg-type]
+        ranges = split_ranges(ranges, self.opts.min_partitions, self.opts.max_records_per_partition)
+        return [InputPartition(task_for(self.opts, r)) for r in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        task: ReadTask = partition.value
+        yield from read_task(task)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Record the offsets this query has processed in the root (for ``pylog describe``)."""
+        offsets = {tp: v for tp, v in from_json(end, "end offset").items() if _resolved(v)}
+        try:
+            view = self._view or self._refresh()
+            write_consumer_offsets(view.root.storage, self.opts.group_id, offsets)  # type: ignore[arg-type]
+        except (OSError, PylogError) as e:  # observability only: never fail the query for it
+            if not self._commit_warned:
+                log.warning("could not record the consumed offsets of %s: %s", self.opts.group_id, e)
+                self._commit_warned = True
+
+    def stop(self) -> None:
+        if self._view is not None:
+            self._view.close()
+            self._view = None

@@ -1,0 +1,141 @@
+"""``pylog`` subcommands that run maintenance: ``compact`` (the log cleaner) and ``retain``
+(retention).  Registered with :func:`pylog.cli.command` on import.
+
+Both take the root's writer lock, run :func:`pylog.storage.maintenance.maintain` at ``--now``
+(default: the current time), write the root's checkpoints and close it cleanly.  A progress
+line is drawn on stderr when it is a terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pylog.cli import Runner, command
+
+
+def _non_negative(kind: type) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a {kind.__name__}, got {text!r}") from None
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"expected a non-negative number, got {text!r}")
+        return value
+
+    return parse
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("root", help="the pylog root directory")
+    parser.add_argument(
+        "--topic",
+        action="append",
+        metavar="TOPIC",
+        help="only this topic (repeatable; default: every topic)",
+    )
+    parser.add_argument(
+        "--now",
+        type=_non_negative(int),
+        metavar="MS",
+        help="the time to apply the policies at, in ms since the epoch (default: now)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object, for scripts")
+
+
+def _run(args: argparse.Namespace, name: str, **kwargs: object) -> int:
+    import pylog
+    from pylog.storage.errors import PylogError
+    from pylog.storage.maintenance import StderrProgress, maintain
+
+    if not os.path.isdir(args.root):
+        print(f"pylog {name}: error: {args.root}: no such directory", file=sys.stderr)
+        return 1
+    progress = StderrProgress(enabled=not args.json)
+    try:
+        with pylog.open(args.root) as root:
+            for t in args.topic or ():
+                root.partitions(t)  # unknown topic: a clear error before any work
+            now = int(time.time() * 1000) if args.now is None else args.now
+            report = maintain(root, now=now, topics=args.topic, progress=progress, **kwargs)  # type: ignore[arg-type]
+    except PylogError as e:
+        progress.close()
+        print(f"pylog {name}: error: {e}", file=sys.stderr)
+        return 1
+    progress.close()
+    if args.json:
+        print(json.dumps(report.to_dict()))
+    else:
+        print(report.summary())
+    return 1 if report.uncleanable else 0
+
+
+@command(
+    "compact",
+    "compact the topics with cleanup.policy=compact (Kafka's log cleaner)",
+    "Run the log cleaner on the compacted topics of a root: every log whose dirty ratio exceeds "
+    "min.cleanable.dirty.ratio (or that holds a segment older than max.compaction.lag.ms) is "
+    "cleaned, the filthiest first: for each key only its latest record below the cleanable point "
+    "stays, tombstones until delete.retention.ms has passed, offsets unchanged. Exit status 0 "
+    "when every log could be cleaned, 1 if one is corrupt (it is left untouched) or on error.",
+)
+def compact_command(parser: argparse.ArgumentParser) -> Runner:
+    _common(parser)
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="clean every compacted log with dirty data, whatever its dirty ratio",
+    )
+    parser.add_argument(
+        "--budget",
+        type=_non_negative(float),
+        metavar="SECONDS",
+        help="stop starting new work after this long (default: no limit)",
+    )
+    parser.add_argument(
+        "--dedupe-buffer-size",
+        type=_non_negative(int),
+        metavar="BYTES",
+        help="memory of the offset map, log.cleaner.dedupe.buffer.size (default 134217728)",
+    )
+
+    def run(args: argparse.Namespace) -> int:
+        from pylog.storage.cleaner import Cleaner
+        from pylog.storage.config import CleanerConfig
+        from pylog.storage.errors import ConfigError
+
+        props = {}
+        if args.dedupe_buffer_size is not None:
+            props["log.cleaner.dedupe.buffer.size"] = args.dedupe_buffer_size
+        try:
+            cleaner = Cleaner(CleanerConfig.from_dict(props))
+            cleaner.offset_map  # noqa: B018 - a dedupe buffer too small for one key is a usage error
+        except ConfigError as e:
+            print(f"pylog compact: error: {e}", file=sys.stderr)
+            return 2
+        return _run(args, "compact", retention=False, force=args.force, budget_s=args.budget, cleaner=cleaner)
+
+    return run
+
+
+@command(
+    "retain",
+    "delete old segments by retention.ms and retention.bytes",
+    "Apply the retention policies of a root's logs: with cleanup.policy=delete, the oldest "
+    "segments whose records are all older than retention.ms, or beyond retention.bytes, are "
+    "deleted and the log start offset advances (written to log-start-offset-checkpoint); data not "
+    "yet flushed is never deleted.",
+)
+def retain_command(parser: argparse.ArgumentParser) -> Runner:
+    _common(parser)
+
+    def run(args: argparse.Namespace) -> int:
+        return _run(args, "retain", compaction=False)
+
+    return run

@@ -1,0 +1,616 @@
+"""The log cleaner (compaction): Kafka's ``LogCleaner`` and ``LogCleanerManager`` for one process.
+
+A compacted log (``cleanup.policy`` includes ``compact``) is split by its cleaner checkpoint
+(``cleaner-offset-checkpoint``: the first dirty offset) into a clean head and a dirty tail.
+One cleaning pass (kafka-format.md §7):
+
+1. **Range.** ``first_dirty`` is the checkpoint, reset to the log start offset when it lies
+   outside ``[log start, LEO]``.  The first uncleanable offset is the smallest of the last
+   stable offset, the active segment's base, and (``min.compaction.lag.ms`` > 0) the base of
+   the first dirty segment with a record younger than the lag; it is rounded down to its
+   segment's base.  ``dirty ratio = dirty bytes / (clean + dirty bytes)``; a log is cleaned when
+   the ratio exceeds ``min.cleanable.dirty.ratio`` or a dirty segment is older than
+   ``max.compaction.lag.ms``, the filthiest log first.
+2. **Offset map.** The dirty segments are read and every keyed record of a non-aborted data
+   batch is put in the :class:`~pylog.storage.offset_map.OffsetMap` (key hash -> offset),
+   whole chunks at a time.  When the map is full the pass covers only the records read so
+   far; the rest waits for the next pass (Kafka's partial cleaning; every pass maps at least
+   one record, so cleaning always progresses).  ``end = latest mapped offset + 1`` becomes the
+   new checkpoint.
+3. **Rewrite.** Every segment below ``end`` (clean ones too) is regrouped, within
+   ``segment.bytes``, ``segment.index.bytes`` and 2^31-1 relative offsets, and each group is
+   rewritten into one ``.cleaned`` segment that replaces it through ``.cleaned`` -> ``.swap`` ->
+   ``.deleted`` (``Log.replace_segments``; recovery completes or discards a half-done swap).
+   A record is kept when it is beyond the map's range, or it is the latest offset of its key
+   and has a value or is a tombstone whose batch has no delete horizon yet or one still in the
+   future.  (A dirty record is the latest of its key exactly when its offset is one of the
+   map's values, a sorted-array lookup; only records of the clean head are hashed again.)
+   Records without a key go.  Batches of aborted transactions go; control batches go
+   once their transaction has no data left and their delete horizon has passed (two passes:
+   the first stamps the horizon).  A batch that loses every record is dropped unless it is an
+   active producer's last batch or ends right before the first uncleanable offset: then it
+   stays as an empty batch, so producer sequences and the log end survive.
+
+The hot loops (walking records, hashing keys, the map, writing batches) are compiled kernels
+over whole chunks; Python steps once per chunk, batch with a producer id, or segment.
+No clock is read: every decision takes ``now``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pylog.storage import batch as B
+from pylog.storage import rewrite, transactions
+from pylog.storage.config import INT32_MAX, INT64_MAX, CleanerConfig
+from pylog.storage.errors import CorruptRecordError
+from pylog.storage.index import TxnIndex
+from pylog.storage.log import Log
+from pylog.storage.offset_map import OffsetMap, hash_spans
+from pylog.storage.segment import Located, LogSegment
+
+Progress = Callable[[int], None]
+"""Called with the number of bytes just processed."""
+
+
+# ============================================================================ cleanable range
+
+
+@dataclass(frozen=True)
+class LogToClean:
+    """A compacted log's clean/dirty split at ``now`` (Kafka's ``LogToClean``)."""
+
+    log: Log
+    first_dirty_offset: int
+    first_uncleanable_offset: int  # rounded down to a segment base
+    clean_bytes: int
+    cleanable_bytes: int
+    max_compaction_delay_ms: int
+    checkpoint_reset: bool  # the checkpoint was outside [log start, LEO]
+
+    @property
+    def total_bytes(self) -> int:
+        return self.clean_bytes + self.cleanable_bytes
+
+    @property
+    def cleanable_ratio(self) -> float:
+        return self.cleanable_bytes / self.total_bytes if self.total_bytes else 0.0
+
+    @property
+    def need_compaction_now(self) -> bool:
+        """A dirty segment is older than ``max.compaction.lag.ms``."""
+        return self.max_compaction_delay_ms > 0
+
+    def should_clean(self, min_ratio: float | None = None) -> bool:
+        """Kafka's selection rule (``grabFilthiestCompactedLog``)."""
+        ratio = self.log.config.min_cleanable_dirty_ratio if min_ratio is None else min_ratio
+        if self.total_bytes <= 0:
+            return False
+        return (self.need_compaction_now and self.cleanable_bytes > 0) or self.cleanable_ratio > ratio
+
+
+def first_dirty_offset(log: Log, checkpoint: int | None) -> tuple[int, bool]:
+    """The checkpointed first dirty offset, or the log start offset when it is missing or
+    out of range: (offset, whether it was reset)."""
+    start, leo = log.log_start_offset, log.log_end_offset
+    if checkpoint is None:
+        return start, False
+    if checkpoint < start or checkpoint > leo:
+        return start, True
+    return checkpoint, False
+
+
+def first_uncleanable_offset(log: Log, first_dirty: int, now: int, *, with_lso: bool = True) -> int:
+    """``min(LSO, active segment base, first dirty segment younger than min.compaction.lag.ms)``,
+    at least ``first_dirty`` (not rounded to a segment)."""
+    candidates = [log.active.base_offset]
+    if with_lso:
+        candidates.append(transactions.last_stable_offset(log))
+    lag = log.config.min_compaction_lag_ms
+    if lag > 0:
+        for seg in _non_active_from(log, first_dirty):
+            if seg.largest_timestamp > now - lag:
+                candidates.append(seg.base_offset)
+                break
+    return max(first_dirty, min(candidates))
+
+
+def _non_active_from(log: Log, offset: int) -> list[LogSegment]:
+    """Non-active segments from the one holding ``offset`` (Kafka's ``nonActiveLogSegmentsFrom``)."""
+    segs = log.segments[:-1]
+    start = max(0, int(np.searchsorted([s.base_offset for s in segs], offset, side="right")) - 1)
+    return segs[start:]
+
+
+def _floor_base(log: Log, offset: int) -> int:
+    """Base offset of the segment holding ``offset``, the active segment's if ``offset`` is at
+    or beyond it (Kafka's ``nonActiveLogSegmentsFrom(offset).headOption``)."""
+    if offset >= log.active.base_offset:
+        return log.active.base_offset
+    bases = np.array([s.base_offset for s in log.segments], dtype=np.int64)
+    return int(bases[max(0, int(np.searchsorted(bases, offset, side="right")) - 1)])
+
+
+def max_compaction_delay(log: Log, first_dirty: int, now: int) -> int:
+    """How long past ``max.compaction.lag.ms`` the oldest dirty segment is (0 if none is):
+    its first batch's max timestamp against ``now`` (Kafka's ``maxCompactionDelay``)."""
+    lag = max(log.config.max_compaction_lag_ms, 0)
+    if lag >= INT64_MAX:
+        return 0
+    firsts = [t for t in (_first_batch_timestamp(s) for s in _non_active_from(log, first_dirty)) if t > 0]
+    if not firsts:
+        return 0
+    until = now - lag
+    return until - min(firsts) if min(firsts) < until else 0
+
+
+def _first_batch_timestamp(seg: LogSegment) -> int:
+    if seg.rolling_based_timestamp is None:
+        first = next(seg.iter_batches(0, chunk=1 << 16), None)
+        seg.rolling_based_timestamp = int(first.headers.max_timestamp[0]) if first is not None else -1
+    return seg.rolling_based_timestamp
+
+
+def log_to_clean(log: Log, checkpoint: int | None, now: int, *, with_lso: bool = True) -> LogToClean:
+    """The clean/dirty split of ``log`` (``with_lso=False`` skips the last stable offset, which
+    may need a scan of the log: a cheap upper bound of the dirty bytes for pre-selection)."""
+    first_dirty, reset = first_dirty_offset(log, checkpoint)
+    uncleanable = first_uncleanable_offset(log, first_dirty, now, with_lso=with_lso)
+    upper = _floor_base(log, uncleanable)
+    sizes = np.array([s.size for s in log.segments], dtype=np.int64)
+    bases = np.array([s.base_offset for s in log.segments], dtype=np.int64)
+    nexts = np.append(bases[1:], INT64_MAX)
+    clean = int(sizes[bases < first_dirty].sum())  # Kafka: logSegments(-1, firstDirty)
+    lo = min(first_dirty, upper)
+    dirty = int(sizes[(bases < upper) & (nexts > lo)].sum())  # logSegments(lo, firstUncleanable)
+    delay = max_compaction_delay(log, first_dirty, now)
+    return LogToClean(log, first_dirty, upper, clean, dirty, delay, reset)
+
+
+# ============================================================================ grouping
+
+
+def group_segments_by_size(
+    segments: list[LogSegment], max_size: int, max_index_size: int, first_uncleanable_offset: int
+) -> list[list[LogSegment]]:
+    """Kafka's ``groupSegmentsBySize``: consecutive segments whose total log size stays within
+    ``segment.bytes``, whose index sizes stay within ``segment.index.bytes``, and whose offsets
+    fit the 32-bit relative offsets of the group's first segment (estimated from the next
+    segment's base, or the first uncleanable offset for the last one)."""
+    groups: list[list[LogSegment]] = []
+    i = 0
+    n = len(segments)
+    while i < n:
+        group = [segments[i]]
+        log_size = segments[i].size
+        index_size = 8 * len(segments[i].offset_index)
+        time_size = 12 * len(segments[i].time_index)
+        i += 1
+        while i < n:
+            nxt = segments[i]
+            last = segments[i + 1].base_offset - 1 if i + 1 < n else first_uncleanable_offset - 1
+            if not (
+                log_size + nxt.size <= max_size
+                and index_size + 8 * len(nxt.offset_index) <= max_index_size
+                and time_size + 12 * len(nxt.time_index) <= max_index_size
+                and (nxt.size == 0 or last - group[0].base_offset <= INT32_MAX)
+            ):
+                break
+            group.append(nxt)
+            log_size += nxt.size
+            index_size += 8 * len(nxt.offset_index)
+            time_size += 12 * len(nxt.time_index)
+            i += 1
+        groups.append(group)
+    return groups
+
+
+# ============================================================================ transactions
+
+
+class TxnTracker:
+    """Kafka's ``CleanedTransactionMetadata``: which transactional batches and markers a pass
+    may discard.  ``aborted`` = (producer ids, first offsets, last offsets, last stable offsets)
+    sorted by first offset."""
+
+    def __init__(self, aborted: tuple[np.ndarray, ...]):
+        self._aborted = aborted
+        self._next = 0
+        self._ongoing_aborted: dict[int, list[int]] = {}  # pid -> [row in aborted, last observed]
+        self._ongoing_committed: set[int] = set()
+        self.cleaned_index: TxnIndex | None = None
+
+    def _consume_up_to(self, offset: int) -> None:
+        pid, first = self._aborted[0], self._aborted[1]
+        while self._next < pid.shape[0] and first[self._next] <= offset:
+            self._ongoing_aborted.setdefault(int(pid[self._next]), [self._next, -1])
+            self._next += 1
+
+    def on_batches(self, h: B.BatchHeaders, ctypes: np.ndarray) -> np.ndarray:
+        """``canDiscardBatch`` for each batch, in order (one step per transactional batch)."""
+        out = np.zeros(len(h), bool)
+        for i in np.nonzero(h.is_transactional | h.is_control)[0].tolist():
+            self._consume_up_to(int(h.last_offset[i]))
+            pid = int(h.producer_id[i])
+            if h.is_control[i]:
+                kind = int(ctypes[i])
+                if kind == transactions.EMPTY_CONTROL:
+                    out[i] = True
+                elif kind == B.ABORT:
+                    meta = self._ongoing_aborted.pop(pid, None)
+                    if meta is not None and meta[1] >= 0:
+                        if self.cleaned_index is not None:
+                            row = meta[0]
+                            p, f, la, ls = (int(a[row]) for a in self._aborted)
+                            self.cleaned_index.append(p, f, la, ls)
+                    else:
+                        out[i] = True
+                elif kind == B.COMMIT:
+                    out[i] = pid not in self._ongoing_committed
+                    self._ongoing_committed.discard(pid)
+            else:
+                meta = self._ongoing_aborted.get(pid)
+                if meta is not None:
+                    meta[1] = int(h.last_offset[i])
+                    out[i] = True
+                else:
+                    self._ongoing_committed.add(pid)
+        return out
+
+
+def _aborted_with_lso(log: Log, start: int, end: int) -> tuple[np.ndarray, ...]:
+    pid, first, last = transactions.aborted_transactions(log, start, end)
+    lso_by_key = {
+        (t.producer_id, t.last_offset): t.last_stable_offset for t in transactions.producer_state(log).aborted
+    }
+    for seg in log.segments:
+        e = seg.txn_index.entries()
+        for p, la, ls in zip(
+            e.producer_id.tolist(), e.last_offset.tolist(), e.last_stable_offset.tolist(), strict=True
+        ):
+            lso_by_key[(p, la)] = ls
+    lso = [lso_by_key.get((int(p), int(la)), int(la) + 1) for p, la in zip(pid, last, strict=True)]
+    return pid, first, last, np.array(lso, dtype=np.int64)
+
+
+def _control_types_of(sp: rewrite.Spans) -> np.ndarray:
+    """Control record type per batch of walked spans (``transactions.control_types``; the
+    spans' buffer starts with the batches' bytes)."""
+    return transactions.control_types(sp.buffer, sp.headers)
+
+
+# ============================================================================ cleaning
+
+
+@dataclass
+class CleanResult:
+    """What one cleaning pass of one log did."""
+
+    directory: str
+    first_dirty_offset: int
+    end_offset: int  # the new cleaner checkpoint
+    first_uncleanable_offset: int
+    map_full: bool = False
+    groups: int = 0
+    segments_replaced: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_retained: int = 0
+    batches_read: int = 0
+    batches_retained: int = 0
+    map_records: int = 0
+    map_keys: int = 0
+    new_segments: list[int] = field(default_factory=list)
+
+    @property
+    def records_removed(self) -> int:
+        return self.records_read - self.records_retained
+
+    @property
+    def bytes_removed(self) -> int:
+        return self.bytes_read - self.bytes_written
+
+
+class Cleaner:
+    """Cleans compacted logs; owns the offset map (``log.cleaner.dedupe.buffer.size``) and
+    remembers logs found corrupt (``uncleanable``: directory -> reason), as Kafka does until a
+    restart."""
+
+    def __init__(self, config: CleanerConfig | None = None):
+        self.config = config or CleanerConfig()
+        self._map: OffsetMap | None = None
+        self.uncleanable: dict[str, str] = {}
+        self._verified: dict[str, tuple[int, int]] = {}  # segment -> file range checked this pass
+
+    @property
+    def offset_map(self) -> OffsetMap:
+        if self._map is None:
+            memory = min(self.config.dedupe_buffer_size, INT32_MAX)  # Kafka caps it at 2 GiB
+            self._map = OffsetMap(memory, self.config.dedupe_buffer_load_factor)
+        return self._map
+
+    def clean(
+        self,
+        log: Log,
+        *,
+        now: int,
+        first_dirty: int | None = None,
+        progress: Progress | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> CleanResult:
+        """One cleaning pass over ``log`` from ``first_dirty`` (default: the log start offset;
+        out-of-range values are reset).  ``should_stop`` is polled while the offset map is
+        built: answering True ends the map there (a partial pass that still progresses)."""
+        ltc = log_to_clean(log, first_dirty, now)
+        upper = ltc.first_uncleanable_offset
+        start = ltc.first_dirty_offset
+        result = CleanResult(log.directory, start, start, upper)
+        if start >= upper:
+            return result
+        omap = self.offset_map
+        self._build_offset_map(log, start, upper, omap, result, progress, should_stop)
+        end = omap.latest_offset + 1
+        result.end_offset = end
+        segments = [s for s in log.segments[:-1] if s.base_offset < end]
+        if not segments:
+            return result
+        groups = group_segments_by_size(
+            segments, log.config.segment_bytes, log.config.segment_index_bytes, upper
+        )
+        active = transactions.producer_state(log).active_producers(now)
+        pids = np.array(sorted(active), dtype=np.int64)
+        last_data = np.array([active[p].last_data_offset for p in pids.tolist()], dtype=np.int64)
+        epochs = np.array([active[p].epoch for p in pids.tolist()], dtype=np.int64)
+        tracker = TxnTracker(_aborted_with_lso(log, segments[0].base_offset, upper))
+        clean_prefix = [s for s in log.segments if s.base_offset < start]  # Kafka: logSegments(0, firstDirty)
+        legacy_horizon = (
+            clean_prefix[-1].largest_timestamp if clean_prefix else 0
+        ) - log.config.delete_retention_ms
+        mapped = omap.offsets()  # 8 bytes per mapped key while the segments are rewritten
+        rule = _Rule(
+            omap,
+            now,
+            log.config.delete_retention_ms,
+            upper,
+            pids,
+            last_data,
+            epochs,
+            legacy_horizon,
+            start,
+            mapped,
+        )
+        for group in groups:
+            self._clean_group(log, group, rule, tracker, result, progress, now)
+        return result
+
+    # ------------------------------------------------------------------ offset map
+
+    def _build_offset_map(
+        self,
+        log: Log,
+        start: int,
+        upper: int,
+        omap: OffsetMap,
+        result: CleanResult,
+        progress: Progress | None,
+        should_stop: Callable[[], bool] | None,
+    ) -> None:
+        omap.clear()
+        omap.latest_offset = start - 1
+        self._verified.clear()
+        tracker = TxnTracker(_aborted_with_lso(log, start, upper))
+        segs = log.segments
+        for i, seg in enumerate(segs[:-1]):
+            nxt = segs[i + 1].base_offset
+            if nxt <= start or seg.base_offset >= upper:
+                continue
+            pos = seg.offset_index.lookup(start)[1] if start > seg.base_offset else 0
+            for loc in _read_all(seg, pos):
+                sp = rewrite.walk(loc.data, _relative(loc), path=seg.log_path, base_position=loc.start)
+                self._verified[seg.log_path] = (pos, loc.start + int(loc.data.shape[0]))
+                h = sp.headers
+                discard = tracker.on_batches(h, _control_types_of(sp))
+                bidx = sp.batch_index
+                sel = np.nonzero((sp.key_len >= 0) & (sp.offset >= start) & ~(discard | h.is_control)[bidx])[
+                    0
+                ]
+                h1, h2 = hash_spans(sp.buffer, sp.key_pos[sel], sp.key_len[sel])
+                put = omap.put_hashes(h1, h2, sp.offset[sel])
+                result.map_records += put
+                if progress is not None:
+                    progress(int(h.size.sum()))
+                if put < sel.shape[0]:
+                    omap.latest_offset = max(omap.latest_offset, int(sp.offset[sel[put]]) - 1)
+                    result.map_full = True
+                    result.map_keys = omap.size
+                    return
+                reached = h.last_offset[h.last_offset >= start]
+                if reached.size:
+                    omap.latest_offset = max(omap.latest_offset, int(reached[-1]))
+                if should_stop is not None and should_stop() and omap.latest_offset >= start:
+                    result.map_full = True
+                    result.map_keys = omap.size
+                    return
+            omap.latest_offset = max(omap.latest_offset, min(nxt, upper) - 1)
+        result.map_keys = omap.size
+
+    # ------------------------------------------------------------------ rewriting
+
+    def _clean_group(
+        self,
+        log: Log,
+        group: list[LogSegment],
+        rule: _Rule,
+        tracker: TxnTracker,
+        result: CleanResult,
+        progress: Progress | None,
+        now: int,
+    ) -> None:
+        base = group[0].base_offset
+        LogSegment(log.storage, log.directory, base, log.config, suffix=".cleaned").delete()  # leftovers
+        cleaned = LogSegment(log.storage, log.directory, base, log.config, suffix=".cleaned", created_ms=now)
+        try:
+            cleaned.open_for_append()
+            tracker.cleaned_index = cleaned.txn_index
+            for seg in group:
+                trusted = self._verified.get(seg.log_path)  # CRCs checked while mapping
+                for loc in _read_all(seg, 0):
+                    sp = rewrite.walk(
+                        loc.data, _relative(loc), path=seg.log_path, base_position=loc.start, trusted=trusted
+                    )
+                    can_discard = tracker.on_batches(sp.headers, _control_types_of(sp))
+                    keep, action, horizon = rule.decide(sp, can_discard, seg)
+                    out, oh = rewrite.rebuild(sp, keep, action, horizon)
+                    if len(oh):
+                        cleaned.append(out, oh)
+                    result.bytes_read += int(sp.headers.size.sum())
+                    result.bytes_written += int(out.shape[0])
+                    result.records_read += len(sp)
+                    result.records_retained += int(oh.records_count.sum())
+                    result.batches_read += len(sp.headers)
+                    result.batches_retained += len(oh)
+                    if progress is not None:
+                        progress(int(sp.headers.size.sum()))
+            cleaned.on_become_inactive()
+        except BaseException:
+            cleaned.delete()
+            raise
+        finally:
+            tracker.cleaned_index = None
+        log.replace_segments([cleaned], group, now=now)
+        result.groups += 1
+        result.segments_replaced += len(group)
+        result.new_segments.append(base)
+
+
+@dataclass
+class _Rule:
+    """The retain/discard decisions of a pass (Kafka's ``checkBatchRetention`` and
+    ``shouldRetainRecord``), vectorized over the batches and records of a chunk."""
+
+    omap: OffsetMap
+    now: int
+    delete_retention_ms: int
+    upper: int  # first uncleanable offset: the batch ending right before it stays, even empty
+    pids: np.ndarray  # active producers, sorted
+    last_data: np.ndarray
+    epochs: np.ndarray
+    legacy_horizon: int
+    first_dirty: int
+    mapped: np.ndarray  # the map's offsets, sorted: the latest offset of every mapped key
+
+    def decide(
+        self, sp: rewrite.Spans, can_discard: np.ndarray, seg: LogSegment
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        h = sp.headers
+        nb = len(h)
+        control = h.is_control
+        v2 = h.magic >= 2
+        horizon_passed = h.has_delete_horizon & (h.base_timestamp <= self.now)
+        discard_records = np.where(control, can_discard & horizon_passed, can_discard)
+        retain_empty = self._last_of_producer(h) | (h.last_offset + 1 == self.upper)
+        bidx = sp.batch_index
+        latest = self.omap.latest_offset
+        keep = ~discard_records[bidx] & (control[bidx] | (sp.offset > latest))
+        look = np.nonzero(~keep & ~discard_records[bidx] & (sp.key_len >= 0))[0]
+        if look.size:
+            found = np.empty(look.shape[0], np.int64)
+            dirty = sp.offset[look] >= self.first_dirty
+            # dirty records: the latest offset of a key is one of the map's values (no hashing)
+            found[dirty] = np.where(
+                _members(self.mapped, sp.offset[look[dirty]]), sp.offset[look[dirty]], INT64_MAX
+            )
+            clean = look[~dirty]  # the clean head: look the key up
+            if clean.size:
+                h1, h2 = hash_spans(sp.buffer, sp.key_pos[clean], sp.key_len[clean])
+                found[~dirty] = self.omap.get_hashes(h1, h2)
+            tomb_ok = np.where(
+                v2,
+                ~h.has_delete_horizon | (self.now < h.base_timestamp),
+                seg.largest_timestamp > self.legacy_horizon,
+            )
+            b = bidx[look]
+            keep[look] = (sp.offset[look] >= found) & ((sp.val_len[look] >= 0) | tomb_ok[b])
+        kept = np.bincount(bidx[keep], minlength=nb)
+        tombstones = np.bincount(bidx[keep & (sp.val_len < 0)], minlength=nb) > 0
+        need_horizon = v2 & (tombstones | (can_discard & control)) & ~h.has_delete_horizon
+        action = np.full(nb, rewrite.DROP, np.int64)
+        delete = discard_records & ~retain_empty
+        has = (kept > 0) & ~delete
+        action[has] = rewrite.REBUILD
+        action[has & (kept == h.records_count) & ~need_horizon] = rewrite.COPY
+        action[(kept == 0) & retain_empty] = rewrite.EMPTY
+        horizon = np.where(
+            need_horizon,
+            self.now + self.delete_retention_ms,
+            np.where(h.has_delete_horizon, h.base_timestamp, -1),
+        )
+        return keep, action, horizon
+
+    def _last_of_producer(self, h: B.BatchHeaders) -> np.ndarray:
+        out = np.zeros(len(h), bool)
+        rows = np.nonzero(h.producer_id >= 0)[0]
+        if rows.size == 0 or self.pids.size == 0:
+            return out
+        j = np.searchsorted(self.pids, h.producer_id[rows])
+        j = np.minimum(j, self.pids.shape[0] - 1)
+        known = self.pids[j] == h.producer_id[rows]
+        last = self.last_data[j]
+        hit = known & np.where(
+            last >= 0,
+            h.last_offset[rows] == last,
+            h.is_control[rows] & (h.producer_epoch[rows] == self.epochs[j]),
+        )
+        out[rows[hit]] = True
+        return out
+
+
+def _members(sorted_values: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Which elements of the increasing array ``x`` are in ``sorted_values``."""
+    if sorted_values.size == 0 or x.size == 0:
+        return np.zeros(x.shape[0], bool)
+    lo, hi = np.searchsorted(sorted_values, [x[0], x[-1]], side="left")
+    sub = sorted_values[lo : max(hi + 1, lo)]
+    if sub.size == 0:
+        return np.zeros(x.shape[0], bool)
+    i = np.minimum(np.searchsorted(sub, x), sub.shape[0] - 1)
+    return sub[i] == x
+
+
+def _relative(loc: Located) -> B.BatchHeaders:
+    h = loc.headers.take(slice(None))
+    h.position = h.position - loc.start
+    return h
+
+
+def _read_all(seg: LogSegment, position: int) -> Iterator[Located]:
+    """The segment's batches from ``position``; a tail that is not a complete batch raises
+    (a segment being cleaned is never the active one, so it must end on a batch boundary)."""
+    end = position
+    for loc in seg.iter_batches(position):
+        end = loc.start + int(loc.data.shape[0])
+        yield loc
+    if end != seg.size:
+        raise CorruptRecordError(
+            f"{seg.size - end} bytes at the end of the segment do not form a complete batch "
+            "(a declared size runs past the end of the file)",
+            position=end,
+            path=seg.log_path,
+        )
+
+
+__all__ = [
+    "CleanResult",
+    "Cleaner",
+    "LogToClean",
+    "TxnTracker",
+    "first_dirty_offset",
+    "first_uncleanable_offset",
+    "group_segments_by_size",
+    "log_to_clean",
+    "max_compaction_delay",
+]

@@ -1,0 +1,271 @@
+"""Maintenance: retention and compaction where due, for one log or a whole root.
+
+:func:`maintain` is what a broker's log manager and cleaner threads do, as one call that takes
+``now``: retention on every log (:mod:`retention`), then cleaning passes (:mod:`cleaner`) on the
+compacted logs whose dirty ratio exceeds ``min.cleanable.dirty.ratio`` (or that hold a segment
+older than ``max.compaction.lag.ms``), the filthiest first, until none qualifies or the time
+budget is spent.  Cleaner checkpoints are read from and written to ``cleaner-offset-checkpoint``
+at the root of the log's storage after every pass; a root's recovery-point and log-start
+checkpoints are written at the end.
+
+The budget is checked between logs and while an offset map is built (a pass that runs out of
+time covers fewer records but still completes and advances its checkpoint); a started segment
+rewrite always completes.  ``now`` decides what is due; the budget is measured with
+``clock`` (default ``time.monotonic``), which never influences what is kept.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, TextIO
+
+from pylog.storage import checkpoint as ckpt
+from pylog.storage.cleaner import Cleaner, CleanResult, LogToClean, log_to_clean
+from pylog.storage.config import CleanerConfig
+from pylog.storage.errors import PylogError
+from pylog.storage.log import Log
+from pylog.storage.manager import Root
+from pylog.storage.retention import RetentionResult, partition_key, retain
+
+ProgressFn = Callable[[str, int, int], None]
+"""``progress(what, done, total)``: bytes processed so far of the current log's work."""
+
+
+@dataclass
+class MaintenanceReport:
+    """What :func:`maintain` did."""
+
+    now: int
+    retention: list[RetentionResult] = field(default_factory=list)  # logs where segments went
+    cleaning: list[CleanResult] = field(default_factory=list)  # one per cleaning pass
+    cleaner_checkpoints: dict[str, int] = field(default_factory=dict)  # "<topic>-<p>" -> first dirty
+    uncleanable: dict[str, str] = field(default_factory=dict)  # directory -> error
+    files_deleted: int = 0  # ``.deleted`` segments physically removed (file.delete.delay.ms passed)
+    budget_exhausted: bool = False
+    elapsed_s: float = 0.0
+
+    @property
+    def segments_deleted(self) -> int:
+        return sum(r.segments_deleted for r in self.retention)
+
+    @property
+    def bytes_deleted(self) -> int:
+        return sum(r.bytes_deleted for r in self.retention)
+
+    @property
+    def records_removed(self) -> int:
+        return sum(c.records_removed for c in self.cleaning)
+
+    @property
+    def bytes_removed(self) -> int:
+        return sum(c.bytes_removed for c in self.cleaning)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(
+            segments_deleted=self.segments_deleted,
+            bytes_deleted=self.bytes_deleted,
+            records_removed=self.records_removed,
+            bytes_removed=self.bytes_removed,
+        )
+        return d
+
+    def summary(self) -> str:
+        lines = []
+        for r in self.retention:
+            lines.append(
+                f"{r.directory}: deleted {r.segments_deleted} segments ({r.bytes_deleted} bytes; "
+                f"{', '.join(r.reasons)}), log start offset {r.log_start_offset}"
+            )
+        for c in self.cleaning:
+            lines.append(
+                f"{c.directory}: cleaned offsets [{c.first_dirty_offset}, {c.end_offset}) in {c.groups} "
+                f"groups: {c.records_removed} of {c.records_read} records and {c.bytes_removed} of "
+                f"{c.bytes_read} bytes removed{' (offset map full: partial pass)' if c.map_full else ''}"
+            )
+        for d, e in self.uncleanable.items():
+            lines.append(f"{d}: uncleanable: {e}")
+        if self.budget_exhausted:
+            lines.append("time budget exhausted: remaining work left for the next run")
+        if not lines:
+            lines.append("nothing to do")
+        return "\n".join(lines)
+
+
+def _targets(
+    target: Log | Root, topics: Iterable[str] | None, partitions: Iterable[tuple[str, int]] | None
+) -> list[tuple[tuple[str, int] | None, Log]]:
+    if isinstance(target, Log):
+        return [(partition_key(target), target)]
+    if partitions is not None:
+        keys = sorted({(t, int(p)) for t, p in partitions})
+    else:
+        names = target.topics() if topics is None else list(topics)
+        keys = [(t, p) for t in names for p in range(target.partitions(t))]
+    return [(k, target.writable_log(*k)) for k in keys]
+
+
+def maintain(
+    target: Log | Root,
+    *,
+    now: int,
+    budget_s: float | None = None,
+    retention: bool = True,
+    compaction: bool = True,
+    force: bool = False,
+    topics: Iterable[str] | None = None,
+    partitions: Iterable[tuple[str, int]] | None = None,
+    high_watermarks: Mapping[tuple[str, int], int] | None = None,
+    cleaner: Cleaner | None = None,
+    cleaner_config: CleanerConfig | None = None,
+    progress: ProgressFn | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> MaintenanceReport:
+    """Run retention and compaction where due on ``target`` (a log, or a root's logs, limited
+    to ``topics`` or ``partitions``) at time ``now`` (ms).
+
+    ``force`` cleans every compacted log with dirty data, whatever its dirty ratio.
+    ``high_watermarks`` bounds retention per partition (see :func:`retention.retain`).
+    ``cleaner`` may be reused across calls: it keeps the offset map's memory and the logs
+    found uncleanable.  Returns a :class:`MaintenanceReport`."""
+    t0 = clock()
+    report = MaintenanceReport(now)
+    cleaner = cleaner or Cleaner(cleaner_config)
+
+    def out_of_time() -> bool:
+        if budget_s is not None and clock() - t0 >= budget_s:
+            report.budget_exhausted = True
+        return report.budget_exhausted
+
+    logs = _targets(target, topics, partitions)
+    if retention:
+        for key, lg in logs:
+            if out_of_time():
+                break
+            hw = (high_watermarks or {}).get(key) if key is not None else None
+            r = retain(lg, now=now, high_watermark=hw)
+            if r.segments_deleted:
+                report.retention.append(r)
+    if compaction and logs:
+        _compact(logs, report, cleaner, now, force, progress, out_of_time)
+    for _, lg in logs:
+        report.files_deleted += lg.delete_pending(now)
+    report.uncleanable.update(
+        {d: e for d, e in cleaner.uncleanable.items() if any(d == lg.directory for _, lg in logs)}
+    )
+    if isinstance(target, Root):
+        target.checkpoint()
+    report.elapsed_s = clock() - t0
+    return report
+
+
+def _compact(
+    logs: list[tuple[tuple[str, int] | None, Log]],
+    report: MaintenanceReport,
+    cleaner: Cleaner,
+    now: int,
+    force: bool,
+    progress: ProgressFn | None,
+    out_of_time: Callable[[], bool],
+) -> None:
+    storage = logs[0][1].storage
+    if any(lg.config.compact for _, lg in logs):
+        cleaner.offset_map  # noqa: B018 - allocate it now: a bad dedupe buffer size is a ConfigError
+    checkpoints = ckpt.read_offsets(storage, ckpt.CLEANER_OFFSET)
+    candidates = {
+        lg.directory: (key, lg)
+        for key, lg in logs
+        if lg.config.compact and lg.directory not in cleaner.uncleanable
+    }
+
+    def qualifies(ltc: LogToClean) -> bool:
+        return ltc.cleanable_bytes > 0 if force else ltc.should_clean()
+
+    while candidates and not out_of_time():
+        exact = []
+        for d, (k, lg) in list(candidates.items()):
+            point = checkpoints.get(k) if k else None
+            try:  # cheap bound first (no last stable offset, which may need a scan), then exact
+                if qualifies(log_to_clean(lg, point, now, with_lso=False)):
+                    ltc = log_to_clean(lg, point, now)
+                    if qualifies(ltc):
+                        exact.append((d, ltc))
+            except PylogError as e:
+                cleaner.uncleanable[d] = str(e)
+                del candidates[d]
+        if not exact:
+            break
+        d, ltc = max(exact, key=lambda x: x[1].cleanable_ratio)
+        key, lg = candidates[d]
+        total = ltc.cleanable_bytes + sum(
+            s.size for s in lg.segments if s.base_offset < ltc.first_uncleanable_offset
+        )
+        try:
+            res = cleaner.clean(
+                lg,
+                now=now,
+                first_dirty=ltc.first_dirty_offset,
+                progress=_Steps(progress, lg.directory, total),
+                should_stop=out_of_time,
+            )
+        except PylogError as e:
+            cleaner.uncleanable[d] = str(e)
+            del candidates[d]
+            continue
+        report.cleaning.append(res)
+        if key is not None:
+            checkpoints[key] = res.end_offset
+            report.cleaner_checkpoints[f"{key[0]}-{key[1]}"] = res.end_offset
+            ckpt.write_offsets(storage, ckpt.CLEANER_OFFSET, checkpoints)
+        if res.end_offset <= ltc.first_dirty_offset or not res.map_full:
+            del candidates[d]  # clean up to its uncleanable point (or no progress possible)
+
+
+class _Steps:
+    """Adapts the cleaner's byte counts to a :data:`ProgressFn`."""
+
+    def __init__(self, fn: ProgressFn | None, what: str, total: int):
+        self.fn, self.what, self.total, self.done = fn, what, total, 0
+
+    def __call__(self, n: int) -> None:
+        self.done += n
+        if self.fn is not None:
+            self.fn(self.what, self.done, self.total)
+
+
+class StderrProgress:
+    """A one-line progress display on stderr, redrawn at most every ``interval`` seconds;
+    silent when the stream is not a terminal."""
+
+    def __init__(self, stream: TextIO | None = None, *, enabled: bool = True, interval: float = 0.2):
+        self.stream = stream or sys.stderr
+        self.enabled = enabled and bool(getattr(self.stream, "isatty", lambda: False)())
+        self.interval = interval
+        self._last = 0.0
+        self._shown = False
+
+    def __call__(self, what: str, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        t = time.monotonic()
+        if t - self._last < self.interval and done < total:
+            return
+        self._last = t
+        pct = 100.0 * done / total if total else 100.0
+        width = 30
+        fill = min(width, int(width * pct / 100))
+        self.stream.write(
+            f"\r{what[:40]:40s} [{'#' * fill}{'.' * (width - fill)}] {min(pct, 100.0):5.1f}% "
+            f"{done / 1e6:,.1f}/{total / 1e6:,.1f} MB"
+        )
+        self.stream.flush()
+        self._shown = True
+
+    def close(self) -> None:
+        if self._shown:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._shown = False

@@ -1,0 +1,329 @@
+"""Records as byte spans, and batches rebuilt from the records a filter keeps.
+
+This is the machinery under the log cleaner (Kafka's ``MemoryRecords.filterTo``):
+
+- :func:`walk` locates every record of a run of batches without copying keys or values: its
+  offset, timestamp, key span, value length, and the span from its keyLength varint to its
+  end (the *tail*: key, value and headers, bytes that do not depend on the batch's base
+  timestamp).  Compressed batches are decompressed into a buffer appended after the input.
+- :func:`rebuild` writes the output for a run of batches, each one either copied verbatim,
+  rebuilt from its retained records, reduced to Kafka's 61-byte empty batch, or dropped.
+
+A rebuilt batch keeps what Kafka's ``buildRetainedRecordsInto`` keeps: base offset, last
+offset (``lastOffsetDelta``, so the producer's last sequence survives), each record's offset
+and timestamp, producer id/epoch/base sequence, partition leader epoch, transactional/control
+flags, timestamp type and codec (re-compressed at the codec's default level).  Its base
+timestamp is the delete horizon when one is set (attribute bit 6, KIP-534; record timestamp
+deltas are then relative to the horizon and may be negative), else its first record's
+timestamp; its max timestamp is the retained records' maximum (LogAppendTime: the original).
+An empty batch (``DefaultRecordBatch.writeEmptyHeader``) has no records, codec none, base
+timestamp -1, the original max timestamp and no delete horizon.
+
+Legacy (magic 0/1) entries kept whole are copied verbatim; one that loses some of its records
+is rewritten as a v2 batch (Kafka would keep its magic; pylog has no legacy encoder, and every
+Kafka reader since 0.11 reads v2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import crc32c
+import numpy as np
+
+from pylog.storage import _kernels, compression, records
+from pylog.storage import batch as B
+from pylog.storage.errors import CorruptRecordError
+
+COPY, REBUILD, EMPTY, DROP = 0, 1, 2, 3
+"""What :func:`rebuild` does with each input batch."""
+
+_KEEP_ATTRIBUTES = B.TIMESTAMP_TYPE_MASK | B.TRANSACTIONAL_MASK | B.CONTROL_MASK
+_ERRORS = records._MESSAGES
+
+
+@dataclass
+class Spans:
+    """Where the records of a run of batches are.  Positions index ``buffer``, which starts
+    with the input bytes (so batch positions are input positions) followed by decompressed
+    record sections.  Per batch ``first[b]:first[b+1]`` are its records."""
+
+    buffer: np.ndarray
+    headers: B.BatchHeaders
+    first: np.ndarray
+    offset: np.ndarray
+    timestamp: np.ndarray
+    tail: np.ndarray
+    key_pos: np.ndarray
+    key_len: np.ndarray
+    val_len: np.ndarray
+    end: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.offset.shape[0])
+
+    @property
+    def batch_index(self) -> np.ndarray:
+        """For each record, the row of its batch."""
+        return np.repeat(np.arange(len(self.headers), dtype=np.int64), np.diff(self.first))
+
+    def keys(self) -> list[bytes | None]:
+        """The record keys as Python bytes (tests and tools; not for hot paths)."""
+        mv = self.buffer.data
+        return [
+            None if n < 0 else bytes(mv[p : p + n])
+            for p, n in zip(self.key_pos.tolist(), self.key_len.tolist(), strict=True)
+        ]
+
+
+def _fail(h: B.BatchHeaders, i: int, msg: str, path: str | None, base: int) -> CorruptRecordError:
+    return CorruptRecordError(
+        f"batch at offset {int(h.base_offset[i])}: {msg}", position=base + int(h.position[i]), path=path
+    )
+
+
+def walk(
+    data: np.ndarray,
+    headers: B.BatchHeaders,
+    *,
+    path: str | None = None,
+    base_position: int = 0,
+    trusted: tuple[int, int] | None = None,
+) -> Spans:
+    """Locate the records of the complete entries ``headers`` (positions relative to ``data``),
+    verifying CRCs and every record's framing as :func:`records.decode` does.
+
+    ``base_position`` is the file position of ``data[0]``, for error messages.  Batches lying
+    within the file positions ``trusted = (start, end)`` (already verified by the caller in
+    this pass) skip the CRC check."""
+    h = headers.take(slice(None))
+    n = len(h)
+    v2 = h.magic >= 2
+    ok = np.ones(n, bool)
+    check = np.ones(n, bool)
+    if trusted is not None:
+        at = h.position + base_position
+        check = ~((at >= trusted[0]) & (at + h.size <= trusted[1]))
+    if check.any():
+        ok[check] = B.verify_crcs(data, h.take(np.nonzero(check)[0]))
+    if not ok.all():
+        i = int(np.argmax(~ok))
+        p, s = int(h.position[i]), int(h.size[i])
+        computed = int(crc32c.crc32c(data.data[p + 21 : p + s]))
+        msg = f"CRC mismatch: stored 0x{int(h.crc[i]):08x}, computed 0x{computed:08x}"
+        raise _fail(h, i, msg, path, base_position)
+    for cond, msg, values in (
+        (v2 & (h.codec > 4), "unknown compression codec id", h.codec),
+        (v2 & (h.records_count < 0), "negative record count", h.records_count),
+        (v2 & (h.last_offset_delta < 0), "negative lastOffsetDelta", h.last_offset_delta),
+    ):
+        if cond.any():
+            i = int(np.argmax(cond))
+            raise _fail(h, i, f"{msg} {int(values[i])}", path, base_position)
+    rec_start = h.position + B.HEADER_SIZE
+    rec_end = h.position + h.size
+    count = h.records_count.copy()
+    base_off = h.base_offset.copy()
+    base_ts = h.base_timestamp.copy()
+    log_append = ((h.attributes >> 3) & 1).astype(np.bool_)
+    parts: list[np.ndarray] = [data]
+    total = int(data.shape[0])
+    mv = data.data
+    legacy_fix: list[tuple[int, records.RecordSet]] = []
+    for i in np.nonzero(~v2 | (h.codec != 0))[0].tolist():
+        p, s = int(h.position[i]), int(h.size[i])
+        if h.magic[i] >= 2:
+            try:
+                raw = compression.decompress(
+                    int(h.codec[i]), mv[p + B.HEADER_SIZE : p + s], max_size=records.MAX_DECOMPRESSED_BATCH
+                )
+            except CorruptRecordError as e:
+                raise _fail(h, i, e.reason, path, base_position) from e
+            section = np.frombuffer(raw, dtype=np.uint8)
+        else:  # legacy: decode, re-encode as one v2 records section, walk that
+            rs = records.decode(data[p : p + s], path=path, base_position=base_position + p)
+            legacy_fix.append((i, rs))
+            t = rs.records
+            for name in ("base_offset", "last_offset_delta", "attributes", "base_timestamp", "max_timestamp"):
+                getattr(h, name)[i] = getattr(rs.batches, name)[0]
+            h.records_count[i] = count[i] = t.num_rows
+            enc = records.encode(
+                t.column("value"),
+                t.column("key"),
+                t.column("timestamp"),
+                t.column("headers"),
+                batch_bytes=2**31,
+            )
+            section = enc.buffer[B.HEADER_SIZE :]
+            base_off[i] = 0
+            base_ts[i] = int(enc.batches.base_timestamp[0]) if t.num_rows else 0
+            log_append[i] = False
+        parts.append(section)
+        rec_start[i] = total
+        total += int(section.shape[0])
+        rec_end[i] = total
+    buffer = np.concatenate(parts) if len(parts) > 1 else data
+    too_many = count * records.MIN_RECORD_BYTES > rec_end - rec_start
+    if too_many.any():
+        i = int(np.argmax(too_many))
+        msg = f"record count {int(count[i])} cannot fit in {int(rec_end[i] - rec_start[i])} bytes of records"
+        raise _fail(h, i, msg, path, base_position)
+    m = int(count.sum())
+    cols = [np.empty(m, np.int64) for _ in range(7)]
+    status = np.zeros(4, np.int64)
+    got = _kernels.active().walk_records(
+        buffer, rec_start, rec_end, count, base_off, base_ts, log_append, h.max_timestamp, *cols, status
+    )
+    if got < 0:
+        j, rec = int(status[1]), int(status[3])
+        where = int(status[2]) - int(rec_start[j])
+        what = "decompressed records" if h.codec[j] else "records"
+        msg = f"record {rec} (byte {where} of the {what}): {_ERRORS.get(int(status[0]), 'corrupt')}"
+        raise _fail(h, j, msg, path, base_position)
+    first = np.zeros(n + 1, np.int64)
+    np.cumsum(count, out=first[1:])
+    off, ts, tail, kpos, klen, vlen, end = cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6]
+    for i, rs in legacy_fix:
+        lo, hi = int(first[i]), int(first[i + 1])
+        off[lo:hi] = rs.records.column("offset").to_numpy()
+        ts[lo:hi] = rs.records.column("timestamp").to_numpy()
+    return Spans(buffer, h, first, off, ts, tail, kpos, klen, vlen, end)
+
+
+def varint_sizes(v: np.ndarray) -> np.ndarray:
+    """Bytes of the zigzag varint encoding of each int64 (vectorized)."""
+    v = v.astype(np.int64, copy=False)
+    u = ((v << 1) ^ (v >> 63)).view(np.uint64)
+    size = np.ones(u.shape, np.int64)
+    for bits in range(7, 64, 7):
+        size += u >= (np.uint64(1) << np.uint64(bits))
+    return size
+
+
+def rebuild(
+    spans: Spans, keep: np.ndarray, action: np.ndarray, horizon: np.ndarray
+) -> tuple[np.ndarray, B.BatchHeaders]:
+    """The output bytes for the batches of ``spans`` and their headers (positions relative to
+    the output).  ``action[b]`` is COPY, REBUILD, EMPTY or DROP; ``keep`` marks the records a
+    REBUILD batch retains; ``horizon[b] >= 0`` sets that batch's delete horizon (REBUILD only).
+    A REBUILD batch must retain at least one record."""
+    h = spans.headers
+    data = spans.buffer
+    out_rows = np.nonzero(action != DROP)[0]
+    rb_rows = np.nonzero((action == REBUILD) | (action == EMPTY))[0]
+    rb_buf, rb_pos, rb_size = _write_rebuilt(spans, keep, action, horizon, rb_rows)
+    size = h.size.copy()
+    src_pos = h.position.copy()
+    size[rb_rows] = rb_size
+    src_pos[rb_rows] = rb_pos
+    size, src_pos = size[out_rows], src_pos[out_rows]
+    offsets = np.zeros(out_rows.shape[0] + 1, np.int64)
+    np.cumsum(size, out=offsets[1:])
+    out = np.empty(int(offsets[-1]), np.uint8)
+    kern = _kernels.active()
+    from_rb = np.isin(out_rows, rb_rows)
+    if (~from_rb).any():
+        kern.gather(data, src_pos[~from_rb], size[~from_rb], offsets[:-1][~from_rb], out)
+    if from_rb.any():
+        kern.gather(rb_buf, src_pos[from_rb], size[from_rb], offsets[:-1][from_rb], out)
+    magic = np.where(from_rb, 2, h.magic[out_rows])
+    return out, B.parse_headers(out, offsets[:-1], size, magic)
+
+
+def _write_rebuilt(
+    spans: Spans, keep: np.ndarray, action: np.ndarray, horizon: np.ndarray, rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rebuilt and empty batches for ``rows``, end to end: (buffer, positions, sizes)."""
+    nb = rows.shape[0]
+    if nb == 0:
+        return np.zeros(0, np.uint8), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    h = spans.headers
+    bidx = spans.batch_index
+    rebuilt = np.zeros(len(h), bool)
+    rebuilt[rows] = action[rows] == REBUILD
+    sel = np.nonzero(keep & rebuilt[bidx])[0]
+    cnt = np.bincount(bidx[sel], minlength=len(h))[rows]
+    first = np.zeros(nb + 1, np.int64)
+    np.cumsum(cnt, out=first[1:])
+    is_empty = action[rows] == EMPTY
+    if ((cnt == 0) & ~is_empty).any():
+        raise ValueError("a rebuilt batch must retain at least one record")
+    legacy = h.magic[rows] < 2
+    ts = spans.timestamp[sel]
+    off = spans.offset[sel]
+    nonempty = cnt > 0
+    starts = first[:-1][nonempty]
+    first_ts = np.full(nb, -1, np.int64)
+    first_off = h.base_offset[rows].copy()
+    first_ts[nonempty] = ts[starts]
+    first_off[nonempty] = off[starts]
+    hz = np.where(is_empty, -1, horizon[rows])
+    base_offset = np.where(legacy, first_off, h.base_offset[rows])
+    last_offset = h.last_offset[rows]
+    base_ts = np.where(is_empty, -1, np.where(hz >= 0, hz, first_ts))
+    log_append = ((h.attributes[rows] >> 3) & 1) == 1
+    max_ts = h.max_timestamp[rows].copy()
+    if starts.size:  # CreateTime: the retained records' maximum
+        seg_max = np.maximum.reduceat(ts, starts)
+        fill = ~log_append[nonempty]
+        max_ts[np.nonzero(nonempty)[0][fill]] = seg_max[fill]
+    codec = np.where(is_empty, 0, h.codec[rows])
+    attributes = (h.attributes[rows] & _KEEP_ATTRIBUTES) | codec | np.where(hz >= 0, B.DELETE_HORIZON_MASK, 0)
+    attributes = np.where(legacy, (h.attributes[rows] & B.TIMESTAMP_TYPE_MASK) | codec, attributes)
+    minus1 = np.full(nb, -1, np.int64)
+    ple = np.where(legacy, minus1, h.partition_leader_epoch[rows])
+    pid = np.where(legacy, minus1, h.producer_id[rows])
+    epoch = np.where(legacy, minus1, h.producer_epoch[rows])
+    seq = np.where(legacy, minus1, h.base_sequence[rows])
+    rec_batch = np.repeat(np.arange(nb), cnt)
+    ts_delta = ts - base_ts[rec_batch]  # int64 wraparound, undone by the reader's base + delta
+    off_delta = off - base_offset[rec_batch]
+    tail_pos = spans.tail[sel]
+    tail_len = spans.end[sel] - tail_pos
+    body = 1 + varint_sizes(ts_delta) + varint_sizes(off_delta) + tail_len
+    rec_bytes = varint_sizes(body) + body
+    csum = np.zeros(sel.shape[0] + 1, np.int64)
+    np.cumsum(rec_bytes, out=csum[1:])
+    nbytes = B.HEADER_SIZE + csum[first[1:]] - csum[first[:-1]]
+    last_delta = last_offset - base_offset
+    buf = np.empty(int(nbytes.sum()), np.uint8)
+    pos = np.empty(nb, np.int64)
+    header_fields = (base_offset, last_delta, base_ts, max_ts, attributes, ple, pid, epoch, seq)
+    record_fields = (body, tail_pos, tail_len, ts_delta, off_delta)
+    _kernels.active().write_rebuilt(buf, spans.buffer, first, nbytes, *record_fields, *header_fields, pos)
+    if (codec != 0).any():
+        buf, pos, nbytes = _compress(buf, pos, nbytes, codec)
+    mv = buf.data
+    crcs = np.fromiter(
+        (crc32c.crc32c(mv[p + 21 : e]) for p, e in zip(pos.tolist(), (pos + nbytes).tolist(), strict=True)),
+        dtype=np.uint32,
+        count=nb,
+    )
+    buf[pos[:, None] + 17 + np.arange(4)] = crcs.astype(">u4").view(np.uint8).reshape(-1, 4)
+    return buf, pos, nbytes
+
+
+def _compress(
+    buf: np.ndarray, pos: np.ndarray, nbytes: np.ndarray, codec: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Compress the records section of each batch whose ``codec`` is not 0 (one step per batch)."""
+    parts: list[bytes | memoryview] = []
+    new_pos = np.empty_like(pos)
+    new_size = np.empty_like(nbytes)
+    mv = buf.data
+    total = 0
+    for b, (p, s, c) in enumerate(zip(pos.tolist(), nbytes.tolist(), codec.tolist(), strict=True)):
+        if c == 0:
+            parts.append(mv[p : p + s])
+            size = s
+        else:
+            packed = compression.compress(c, mv[p + B.HEADER_SIZE : p + s])
+            header = bytearray(mv[p : p + B.HEADER_SIZE])
+            records.HEADER_LENGTH.pack_into(header, 8, B.HEADER_SIZE - 12 + len(packed))
+            parts.append(bytes(header))
+            parts.append(packed)
+            size = B.HEADER_SIZE + len(packed)
+        new_pos[b] = total
+        new_size[b] = size
+        total += size
+    return np.frombuffer(b"".join(parts), dtype=np.uint8).copy(), new_pos, new_size

@@ -1,0 +1,336 @@
+"""The driver's half of the source without Spark: rate limiting, range splitting, resolving
+starting offsets deterministically, the stream reader's offsets, and filter folding."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+from pyspark.sql.datasource import (
+    EqualTo,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    IsNotNull,
+    LessThan,
+    LessThanOrEqual,
+    StringStartsWith,
+)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
+
+import pylog
+from pylog.connector.offsets import (
+    DataLossError,
+    OffsetRange,
+    RootView,
+    from_json,
+    rate_limit,
+    resolve,
+    split_ranges,
+    to_json,
+)
+from pylog.connector.options import SourceOptionError, parse_options
+from pylog.connector.progress import consumer_lag, read_consumer_offsets
+from pylog.connector.pushdown import Bounds, push_filters
+from pylog.connector.source import plan_batch
+from pylog.connector.stream import StreamReader
+from tests.connector.source_helpers import T0, append, delete_topic
+
+# ============================================================================ admission control
+
+
+def test_rate_limit_is_proportional_to_backlog_as_in_kafka() -> None:
+    start = {("a", 0): 0, ("b", 0): 0, ("c", 0): 0}
+    until = {("a", 0): 100, ("b", 0): 10, ("c", 0): 1}
+    # 10 * 100/111 = 9.0 -> 9; 10 * 10/111 = 0.9 -> ceil 1 (small partitions are not starved)
+    assert rate_limit(10, start, until) == {("a", 0): 9, ("b", 0): 1, ("c", 0): 1}
+    assert rate_limit(1000, start, until) == until
+    # SPARK-26718: Long.MAX_VALUE must not overflow
+    assert rate_limit(2**63 - 1, {("a", 0): 2**62}, {("a", 0): 2**62 + 5}) == {("a", 0): 2**62 + 5}
+    # partitions with nothing new (or going backwards) keep their latest offset
+    assert rate_limit(5, {("a", 0): 10, ("b", 0): 7}, {("a", 0): 10, ("b", 0): 3}) == {
+        ("a", 0): 10,
+        ("b", 0): 3,
+    }
+
+
+def r(t: str, s: int, e: int) -> OffsetRange:
+    return OffsetRange(t, 1, s, e)
+
+
+def spans(ranges: list[OffsetRange]) -> list[tuple[str, int, int]]:
+    return [(x.topic, x.start, x.end) for x in ranges]
+
+
+@pytest.mark.parametrize(
+    ("min_partitions", "given", "expected"),
+    [  # the cases of Spark's KafkaOffsetRangeCalculatorSuite
+        (None, [r("t1", 1, 2), r("t2", 1, 1)], [("t1", 1, 2)]),
+        (3, [r("t1", 1, 2), r("t2", 1, 2), r("t3", 1, 2)], [("t1", 1, 2), ("t2", 1, 2), ("t3", 1, 2)]),
+        (4, [r("t1", 1, 5)], [("t1", 1, 2), ("t1", 2, 3), ("t1", 3, 4), ("t1", 4, 5)]),
+        (4, [r("t1", 1, 5), r("t2", 1, 21)], [("t1", 1, 5), ("t2", 1, 7), ("t2", 7, 14), ("t2", 14, 21)]),
+        (4, [r("t1", 1, 1), r("t2", 1, 21)], [("t2", 1, 6), ("t2", 6, 11), ("t2", 11, 16), ("t2", 16, 21)]),
+        (
+            4,
+            [r("t1", 1, 2), r("t2", 1, 1001)],
+            [("t1", 1, 2), ("t2", 1, 334), ("t2", 334, 667), ("t2", 667, 1001)],
+        ),
+        (1, [r("t1", 1, 5), r("t2", 1, 21)], [("t1", 1, 5), ("t2", 1, 21)]),
+        (3, [r("t1", 1, 11)], [("t1", 1, 4), ("t1", 4, 7), ("t1", 7, 11)]),
+        (
+            6,
+            [r("t1", 0, 10), r("t2", 0, 10), r("t3", 0, 1)],
+            [
+                ("t1", 0, 3),
+                ("t1", 3, 6),
+                ("t1", 6, 10),
+                ("t2", 0, 3),
+                ("t2", 3, 6),
+                ("t2", 6, 10),
+                ("t3", 0, 1),
+            ],
+        ),
+        (
+            6,
+            [r("t1", 0, 500), r("t2", 0, 12000), r("t3", 0, 15001)],
+            [
+                ("t1", 0, 500),
+                ("t2", 0, 6000),
+                ("t2", 6000, 12000),
+                ("t3", 0, 5000),
+                ("t3", 5000, 10000),
+                ("t3", 10000, 15001),
+            ],
+        ),
+    ],
+)
+def test_min_partitions_splits_like_kafka(
+    min_partitions: int | None, given: list[OffsetRange], expected: list[tuple[str, int, int]]
+) -> None:
+    assert spans(split_ranges(given, min_partitions, None)) == expected
+
+
+def test_max_records_per_partition() -> None:
+    assert spans(split_ranges([r("a", 0, 10), r("b", 0, 3)], None, 4)) == [
+        ("a", 0, 3), ("a", 3, 6), ("a", 6, 10), ("b", 0, 3)
+    ]  # fmt: skip
+    # then minPartitions on top: every offset is still covered exactly once
+    out = split_ranges([r("a", 0, 10), r("b", 0, 3)], 8, 4)
+    assert len(out) >= 8 and sorted((x.topic, o) for x in out for o in range(x.start, x.end)) == sorted(
+        [("a", o) for o in range(10)] + [("b", o) for o in range(3)]
+    )
+
+
+# ============================================================================ resolution
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> pylog.Root:
+    rt = pylog.open(tmp_path / "root")
+    rt.create_topic("t", partitions=2)
+    append(rt, "t", 0, 50)
+    append(rt, "t", 1, 20)
+    return rt
+
+
+def test_offsets_json_is_sorted_and_round_trips() -> None:
+    doc = to_json({("b", 10): 5, ("a", 2): 1, ("b", 9): "timestamp:7"})
+    assert json.dumps(doc) == '{"a": {"2": 1}, "b": {"9": "timestamp:7", "10": 5}}'
+    assert from_json(json.dumps(doc)) == {("a", 2): 1, ("b", 9): "timestamp:7", ("b", 10): 5}
+
+
+def test_bounded_resolution_does_not_drift(root: pylog.Root, tmp_path: Path) -> None:
+    view = RootView(str(tmp_path / "root"))
+    ts = f"timestamp:{T0 + 45}"
+    assert resolve(view, ("t", 0), -1) == 50 and resolve(view, ("t", 0), -2) == 0
+    assert resolve(view, ("t", 0), ts) == 45
+    # more data arrives (also with matching timestamps); against the batch end 50 nothing moves
+    append(root, "t", 0, 30, ts=[T0] * 30)
+    view.refresh()
+    assert resolve(view, ("t", 0), -1) == 80 and resolve(view, ("t", 0), -1, bound=50) == 50
+    assert resolve(view, ("t", 0), ts, bound=50) == 45
+    # a timestamp after every record: strategy error fails, latest takes the log end; bounded: the end
+    late = f"timestamp:{T0 + 10**6}"
+    with pytest.raises(SourceOptionError, match=r"no offset matched .* t-0 and timestamp"):
+        resolve(view, ("t", 0), late)
+    assert resolve(view, ("t", 0), late, strategy="latest") == 80
+    assert resolve(view, ("t", 0), late, bound=50) == 50
+
+
+def test_timestamp_lookup_sees_the_unindexed_tail_of_a_live_log(root: pylog.Root, tmp_path: Path) -> None:
+    """A reader beside a live writer: the newest records are not in the time index yet."""
+    append(root, "t", 1, 3, ts=[T0 + 10**6] * 3)  # the writer keeps the root open
+    view = RootView(str(tmp_path / "root"))
+    assert resolve(view, ("t", 1), f"timestamp:{T0 + 10**6}") == 20
+
+
+# ============================================================================ the stream reader
+
+
+def stream(path: Path, **kw: str) -> StreamReader:
+    o = {"path": str(path), "subscribe": "t", **kw}
+    return StreamReader(parse_options({k.lower(): v for k, v in o.items()}).for_stream())
+
+
+def ranges_of(reader: StreamReader, start: dict, end: dict) -> list[tuple[str, int, int, int]]:
+    return [
+        (p.value.topic, p.value.partition, p.value.start, p.value.end) for p in reader.partitions(start, end)
+    ]
+
+
+def test_initial_offset_is_the_same_on_every_call_and_run(root: pylog.Root, tmp_path: Path) -> None:
+    path = tmp_path / "root"
+    for kw, initial in [
+        ({}, {"t": {"0": -1, "1": -1}}),
+        ({"startingOffsets": "earliest"}, {"t": {"0": -2, "1": -2}}),
+        (
+            {"startingTimestamp": str(T0 + 10)},
+            {"t": {"0": f"timestamp:{T0 + 10}", "1": f"timestamp:{T0 + 10}"}},
+        ),
+        ({"startingOffsets": '{"t":{"0":3,"1":-2}}'}, {"t": {"0": 3, "1": -2}}),
+    ]:
+        first = stream(path, **kw)
+        start = first.initialOffset()
+        assert start == initial and first.initialOffset() == start
+        end = first.latestOffset(start, ReadMaxRows(10))
+        planned = ranges_of(first, start, end)
+        append(root, "t", 0, 5, ts=[T0 + 11] * 5)  # data arrives before batch 0 is replayed
+        replay = stream(path, **kw)  # a new process: Spark asks initialOffset() again
+        assert replay.initialOffset() == start
+        assert ranges_of(replay, replay.initialOffset(), end) == planned
+
+
+def test_latest_offset_rate_limits_and_plans_new_partitions_from_zero(
+    root: pylog.Root, tmp_path: Path
+) -> None:
+    rd = stream(tmp_path / "root", startingOffsets="earliest", maxOffsetsPerTrigger="7", minPartitions="3")
+    assert rd.getDefaultReadLimit() == ReadMaxRows(7)
+    start = rd.initialOffset()
+    end = rd.latestOffset(start, ReadMaxRows(7))
+    assert end == {"t": {"0": 5, "1": 2}}  # 7 * 50/70 = 5, 7 * 20/70 = 2
+    assert rd.reportLatestOffset() == {"t": {"0": 50, "1": 20}}
+    assert sum(e - s for *_, s, e in ranges_of(rd, start, end)) == 7 and len(rd.partitions(start, end)) == 3
+    assert rd.latestOffset(end, ReadAllAvailable()) == {"t": {"0": 50, "1": 20}}
+    root.add_partitions("t", 1)
+    append(root, "t", 2, 4)
+    end2 = rd.latestOffset({"t": {"0": 50, "1": 20}}, ReadAllAvailable())
+    assert end2 == {"t": {"0": 50, "1": 20, "2": 4}}
+    assert ranges_of(rd, {"t": {"0": 50, "1": 20}}, end2) == [("t", 2, 0, 1), ("t", 2, 1, 2), ("t", 2, 2, 4)]
+
+
+def test_min_offsets_per_trigger_waits_for_enough_data(root: pylog.Root, tmp_path: Path) -> None:
+    rd = stream(tmp_path / "root", minOffsetsPerTrigger="10", maxTriggerDelay="1h")
+    assert rd.getDefaultReadLimit() == ReadMinRows(10)
+    start = rd.initialOffset()
+    pinned = rd.latestOffset(start, ReadMinRows(10))  # batch 0 of a fresh query is never delayed
+    assert pinned == {"t": {"0": 50, "1": 20}}
+    append(root, "t", 0, 4)
+    assert rd.latestOffset(pinned, ReadMinRows(10)) == pinned  # 4 < 10: skip this trigger
+    append(root, "t", 1, 6)
+    assert rd.latestOffset(pinned, ReadMinRows(10)) == {"t": {"0": 54, "1": 26}}
+    append(root, "t", 0, 1)
+    impatient = stream(tmp_path / "root", minOffsetsPerTrigger="10", maxTriggerDelay="0ms")
+    impatient.latestOffset(impatient.initialOffset(), ReadMinRows(10))
+    assert impatient.latestOffset(pinned, ReadMinRows(10)) == {"t": {"0": 55, "1": 26}}  # delay passed
+
+
+def test_available_now_stops_at_the_target_and_fails_if_partitions_vanish(
+    root: pylog.Root, tmp_path: Path
+) -> None:
+    rd = stream(tmp_path / "root", startingOffsets="earliest")
+    rd.prepareForTriggerAvailableNow()
+    append(root, "t", 0, 10)
+    assert rd.latestOffset(rd.initialOffset(), ReadAllAvailable()) == {"t": {"0": 50, "1": 20}}
+    root.close()
+    delete_topic(tmp_path / "root", "t")
+    with pytest.raises(Exception, match=r"Trigger.AvailableNow: .* gone: t-0, t-1"):
+        rd.latestOffset({"t": {"0": 50, "1": 20}}, ReadAllAvailable())
+
+
+def test_offsets_going_backwards_and_vanished_partitions_are_data_loss(
+    root: pylog.Root, tmp_path: Path
+) -> None:
+    rd = stream(tmp_path / "root", startingOffsets="earliest")
+    with pytest.raises(DataLossError, match="t-0: offset was changed from 60 to 50"):
+        rd.partitions({"t": {"0": 60, "1": 0}}, {"t": {"0": 50, "1": 20}})
+    with pytest.raises(DataLossError, match="topic-partitions t-1 are gone"):
+        rd.partitions({"t": {"0": 0, "1": 0}}, {"t": {"0": 50}})
+    lenient = stream(tmp_path / "root", startingOffsets="earliest", failOnDataLoss="false")
+    assert ranges_of(lenient, {"t": {"0": 60, "1": 0}}, {"t": {"0": 50, "1": 20}}) == [("t", 1, 0, 20)]
+
+
+def test_commit_records_consumed_offsets_for_describe(root: pylog.Root, tmp_path: Path) -> None:
+    rd = stream(tmp_path / "root", groupId="dash")
+    rd.initialOffset()
+    rd.commit({"t": {"0": 30, "1": 20}})
+    consumed = read_consumer_offsets(root.storage)
+    assert consumed == {"dash": {("t", 0): 30, ("t", 1): 20}}
+    assert consumer_lag(consumed["dash"], {("t", 0): 50, ("t", 1): 20, ("t", 2): 3}) == {
+        ("t", 0): 20, ("t", 1): 0, ("t", 2): 3
+    }  # fmt: skip
+    assert sorted(pylog.open(tmp_path / "root", read_only=True).topics()) == ["t"]  # not a topic
+    rd.stop()
+
+
+# ============================================================================ batch planning and pushdown
+
+
+def test_batch_ranges_and_starting_ending_options(root: pylog.Root, tmp_path: Path) -> None:
+    def plan(**kw: str) -> list[tuple[int, int, int]]:
+        o = parse_options(
+            {k.lower(): v for k, v in {"path": str(tmp_path / "root"), **kw}.items()}
+        ).for_batch()
+        return [(t.partition, t.start, t.end) for t in plan_batch(o)]
+
+    assert plan(subscribe="t") == [(0, 0, 50), (1, 0, 20)]
+    assert plan(assign='{"t":[1]}', startingOffsets='{"t":{"1":5}}', endingOffsets='{"t":{"1":-1}}') == [
+        (1, 5, 20)
+    ]
+    assert plan(subscribePattern="t.*", startingTimestamp=str(T0 + 10), endingTimestamp=str(T0 + 40)) == [
+        (0, 10, 40), (1, 10, 20)
+    ]  # fmt: skip
+    assert plan(subscribe="t", startingOffsetsByTimestamp=json.dumps({"t": {"0": T0 + 48, "1": T0}})) == [
+        (0, 48, 50), (1, 0, 20)
+    ]  # fmt: skip
+    assert len(plan(subscribe="t", minPartitions="5")) == 5
+    with pytest.raises(SourceOptionError, match="must give every topic-partition of subscribe=t"):
+        plan(subscribe="t", startingOffsets='{"t":{"0":1}}')
+    with pytest.raises(Exception, match=r"option assign: topic-partitions that do not exist .* t-7"):
+        plan(assign='{"t":[7]}')
+    with pytest.raises(Exception, match="beginning offset 30 is after the ending offset 10 for t-0"):
+        plan(assign='{"t":[0]}', startingOffsets='{"t":{"0":30}}', endingOffsets='{"t":{"0":10}}')
+
+
+def test_filters_fold_into_bounds_exactly() -> None:
+    utc = dt.timezone.utc
+    ts = dt.datetime.fromtimestamp((T0 + 5) / 1000, utc)
+    filters = [
+        IsNotNull(("offset",)),
+        EqualTo(("topic",), "t"),
+        In(("partition",), (0, 1, 5)),
+        GreaterThanOrEqual(("offset",), 10),
+        LessThan(("offset",), 40),
+        In(("offset",), (12, 30)),  # narrows the scan, but Spark must still pick the offsets
+        GreaterThan(("timestamp",), ts),
+        LessThanOrEqual(("timestamp",), ts + dt.timedelta(microseconds=10_500)),
+        EqualTo(("key",), b"k"),  # not ours
+        StringStartsWith(("topic",), "t"),
+    ]
+    bounds, rest = push_filters(Bounds(), filters)
+    assert rest == [filters[5], filters[8]]
+    assert bounds.allows("t", 1) and not bounds.allows("t", 2) and not bounds.allows("u", 0)
+    assert (bounds.offset_lo, bounds.offset_hi) == (12, 31) and bounds.offsets(0, 100) == (12, 31)
+    assert (bounds.timestamp_lo, bounds.timestamp_hi) == (T0 + 6, T0 + 16)  # > 5 ms, <= 15.5 ms
+    # a naive datetime is UTC; an equality at sub-millisecond precision matches nothing
+    b2, _ = push_filters(
+        Bounds(), [EqualTo(("timestamp",), ts.replace(tzinfo=None) + dt.timedelta(microseconds=1))]
+    )
+    assert b2.timestamp_lo == b2.timestamp_hi
+
+
+def test_pushed_timestamp_bounds_use_the_time_index(root: pylog.Root, tmp_path: Path) -> None:
+    o = parse_options({"path": str(tmp_path / "root"), "subscribe": "t"}).for_batch()
+    tasks = plan_batch(o, Bounds(timestamp_lo=T0 + 15, partition_lo=1))
+    assert [(t.partition, t.start, t.end, t.min_timestamp) for t in tasks] == [(1, 15, 20, T0 + 15)]
