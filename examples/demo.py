@@ -1,29 +1,27 @@
-"""pylog's main demo, on a local directory (default ./demo-data): a Kafka-format log with no
-broker.  Creates a topic with 4 partitions, appends keyed events (Kafka's murmur2 partitioner
+"""pylog's main demo, on a local directory (default ./demo-data/demo): a Kafka-format log with
+no broker.  Creates a topic with 4 partitions, appends keyed events (Kafka's murmur2 partitioner
 places them), reads them back as an Arrow table with Spark's Kafka columns, looks an offset up
 by timestamp, closes cleanly, and shows the files: a real Kafka log directory.
 
     make demo                       # or: .venv/bin/python examples/demo.py [DIR]
+
+The root is ``DIR/pylog-root`` (default ``demo-data/demo/pylog-root``); a re-run starts over.
 """
 
 from __future__ import annotations
 
-import shutil
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from _common import demo_dir
 
 import pylog
 from pylog.storage import records
 
-ROOT = Path(sys.argv[1] if len(sys.argv) > 1 else "demo-data")
-
 
 def main() -> None:
-    shutil.rmtree(ROOT, ignore_errors=True)
+    root_dir = demo_dir("demo", __doc__) / "pylog-root"
     n = 500_000
     start = 1_700_000_000_000
     events = pa.table(
@@ -33,7 +31,7 @@ def main() -> None:
             "timestamp": pa.array(start + np.arange(n, dtype=np.int64), pa.timestamp("ms")),
         }
     )
-    with pylog.open(ROOT) as root:
+    with pylog.open(root_dir) as root:
         root.create_topic(
             "events", partitions=4, config={"segment.bytes": 8 << 20, "compression.type": "lz4"}
         )
@@ -59,18 +57,21 @@ def main() -> None:
         print(f"first record at or after t={start + n // 2} in partition 0: offset {found}")
         print(table.slice(0, 3).select(["key", "value", "partition", "offset", "timestamp"]).to_pylist())
     # the root is a Kafka log directory: checkpoints, clean-shutdown marker, partition dirs
-    print(f"\n{ROOT}/")
-    for path in sorted(ROOT.rglob("*"))[:16]:
-        print(
-            f"  {path.relative_to(ROOT)}" + (f"  ({path.stat().st_size:,} bytes)" if path.is_file() else "/")
-        )
-    seg = next((ROOT / "events-0").glob("*.log"))
+    print(f"\n{root_dir}/")
+    for path in sorted(root_dir.rglob("*"))[:16]:
+        size = f"  ({path.stat().st_size:,} bytes)" if path.is_file() else "/"
+        print(f"  {path.relative_to(root_dir)}{size}")
+    seg = next((root_dir / "events-0").glob("*.log"))
     rs = records.decode(seg.read_bytes(), path=str(seg))
     print(
         f"\n{seg}: {len(rs.batches)} batches, codec {int(rs.batches.codec[0])} (lz4), "
         f"offsets {int(rs.batches.base_offset[0])}..{int(rs.batches.last_offset[-1])}"
     )
     print(f"inspect it like kafka-dump-log.sh:  .venv/bin/pylog dump --files {seg} | head")
+    print(
+        "\nnext: examples/quickstart_spark.py (Spark), changelog_compaction.py, kafka_interop.py and the "
+        "notebook examples/analyst.ipynb (see README.md)"
+    )
 
 
 if __name__ == "__main__":

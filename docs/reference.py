@@ -1,0 +1,238 @@
+"""The README's reference tables, generated from the code they document.
+
+    python docs/reference.py                  # print every table
+    python docs/reference.py --write README.md   # replace the generated blocks in README.md
+    python docs/reference.py --check README.md   # exit 1 if README.md is out of date (a test runs it)
+
+A generated block sits between ``<!-- reference:NAME -->`` and ``<!-- /reference:NAME -->``.
+The tables come from ``pylog.connector.options.OPTIONS`` (source options and their values),
+``pylog.connector.sink.SINK_OPTIONS`` (sink options), ``LogConfig`` (topic configs, defaults and
+broker synonyms) and ``pylog.cli.COMMANDS`` (the CLI).  Defaults are written here once, as
+users read them, and checked against what the option parsers actually produce, so that a
+changed default fails ``--check`` instead of leaving the README wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from pylog.cli import COMMANDS
+from pylog.connector.options import DEFAULT_GROUP_ID_PREFIX, OPTIONS, parse_options
+from pylog.connector.sink import SINK_OPTIONS, parse_sink_options
+from pylog.storage import records
+from pylog.storage.config import LogConfig
+
+# ---------------------------------------------------------------------------------------------
+# Source options: the default of each option in OPTIONS (checked in _check_source_defaults)
+
+SOURCE_DEFAULTS: dict[str, str] = {
+    "path": "required (or `.load(path)`)",
+    "subscribe": "one of `subscribe`, `subscribePattern`, `assign` is required",
+    "subscribePattern": "",
+    "assign": "",
+    "startingOffsets": "`latest` for streams, `earliest` for batch reads",
+    "endingOffsets": "`latest`",
+    "startingTimestamp": "none",
+    "startingOffsetsByTimestamp": "none",
+    "startingOffsetsByTimestampStrategy": "`error`",
+    "endingTimestamp": "none",
+    "endingOffsetsByTimestamp": "none",
+    "failOnDataLoss": "`true`",
+    "maxOffsetsPerTrigger": "none (everything available)",
+    "minOffsetsPerTrigger": "none",
+    "maxTriggerDelay": "`15m`",
+    "minPartitions": "none (one Spark partition per topic-partition)",
+    "maxRecordsPerPartition": "none",
+    "includeHeaders": "`false`",
+    "isolationLevel": "`read_uncommitted`",
+    "groupId": f"`{DEFAULT_GROUP_ID_PREFIX}-<hash of path and subscription>`",
+    "groupIdPrefix": f"`{DEFAULT_GROUP_ID_PREFIX}`",
+    "kafkaConsumer.pollTimeoutMs": "",
+    "fetchOffset.numRetries": "",
+    "fetchOffset.retryIntervalMs": "",
+}
+SOURCE_NOTES: dict[str, str] = {
+    "isolationLevel": " (also `kafka.isolation.level`)",
+    "groupId": " (also `kafka.group.id`)",
+}
+
+
+def _check_source_defaults() -> None:
+    missing = sorted(set(OPTIONS) ^ set(SOURCE_DEFAULTS))
+    if missing:
+        raise SystemExit(f"docs/reference.py: SOURCE_DEFAULTS and options.OPTIONS differ on {missing}")
+    o = parse_options({"path": "/data/logs", "subscribe": "events"})
+    facts = {
+        "startingOffsets": o.starting is None,  # resolved per query kind: latest (stream), earliest (batch)
+        "endingOffsets": o.ending is None,
+        "startingOffsetsByTimestampStrategy": o.timestamp_strategy == "error",
+        "failOnDataLoss": o.fail_on_data_loss is True,
+        "maxOffsetsPerTrigger": o.max_offsets_per_trigger is None,
+        "minOffsetsPerTrigger": o.min_offsets_per_trigger is None,
+        "maxTriggerDelay": o.max_trigger_delay_ms == 15 * 60_000,
+        "minPartitions": o.min_partitions is None,
+        "maxRecordsPerPartition": o.max_records_per_partition is None,
+        "includeHeaders": o.include_headers is False,
+        "isolationLevel": o.isolation_level == "read_uncommitted",
+        "groupId": o.group_id.startswith(DEFAULT_GROUP_ID_PREFIX + "-"),
+    }
+    wrong = [name for name, ok in facts.items() if not ok]
+    if wrong:
+        raise SystemExit(f"docs/reference.py: the documented defaults of {wrong} are not the parser's")
+
+
+def source_options() -> str:
+    _check_source_defaults()
+    rows = ["| option | default | values |", "|---|---|---|"]
+    for name, values in OPTIONS.items():
+        rows.append(f"| `{name}` | {SOURCE_DEFAULTS[name]} | {_cell(values)}{SOURCE_NOTES.get(name, '')} |")
+    rows.append(
+        "| `storage.*` | | passed, without the prefix, to the storage backend (object stores, a later "
+        "issue; no effect on local paths) |"
+    )
+    return "\n".join(rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sink options (checked in _check_sink_defaults against SINK_OPTIONS and parse_sink_options)
+
+SINK_DOCS: dict[str, tuple[str, str]] = {
+    "path": ("required (or `.save(path)`)", "the pylog root (created if missing)"),
+    "topic": (
+        "the `topic` column",
+        "the topic every row goes to; overrides the `topic` column (one of the two is required)",
+    ),
+    "partitions": (
+        "none (the topic must exist)",
+        "create the `topic` with this many partitions if it does not exist",
+    ),
+    "compression.type": (
+        "the topic's `compression.type` (`producer`: none)",
+        "`none`, `gzip`, `snappy`, `lz4` or `zstd`",
+    ),
+    "batch.size": (f"`{records.DEFAULT_BATCH_BYTES}` (1 MiB)", "target bytes per record batch, 1024 to 2^30"),
+    "lockTimeoutMs": ("`60000`", "how long a commit waits for another writer of the root to finish"),
+    "maintenance": (
+        "`true`",
+        "run retention and compaction on the partitions written after each commit",
+    ),
+    "maintenance.budgetMs": ("`2000`", "time budget of that maintenance per commit"),
+    "checkpointLocation": (
+        "Spark's",
+        "Spark's option; the sink's identity for exactly-once commits is derived from it",
+    ),
+    "queryName": ("", "Spark's option, accepted"),
+}
+
+
+def _check_sink_defaults() -> None:
+    documented = {k.lower() for k in SINK_DOCS}
+    if documented != set(SINK_OPTIONS):
+        raise SystemExit(
+            f"docs/reference.py: SINK_DOCS and connector/sink.SINK_OPTIONS differ on "
+            f"{sorted(documented ^ set(SINK_OPTIONS))}"
+        )
+    o = parse_sink_options({"path": "/data/logs"}, streaming=False)
+    facts = {
+        "topic": o.topic is None,
+        "partitions": o.partitions is None,
+        "compression.type": o.codec is None,
+        "batch.size": o.batch_bytes == records.DEFAULT_BATCH_BYTES == 1 << 20,
+        "lockTimeoutMs": o.lock_timeout_s == 60.0,
+        "maintenance": o.maintenance is True,
+        "maintenance.budgetMs": o.maintenance_budget_ms == 2000,
+    }
+    wrong = [name for name, ok in facts.items() if not ok]
+    if wrong:
+        raise SystemExit(f"docs/reference.py: the documented sink defaults of {wrong} are not the parser's")
+
+
+def sink_options() -> str:
+    _check_sink_defaults()
+    rows = ["| option | default | meaning |", "|---|---|---|"]
+    rows += [f"| `{name}` | {default} | {_cell(text)} |" for name, (default, text) in SINK_DOCS.items()]
+    rows.append(
+        "| any topic config (`cleanup.policy`, `segment.bytes`, ...) | Kafka's | used when the sink "
+        "creates the topic (see the topic configs below) |"
+    )
+    return "\n".join(rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# Topic configs and CLI
+
+NO_EFFECT = {"preallocate"}  # accepted, validated, stored; pylog's storage does not act on it
+
+
+def topic_configs() -> str:
+    defaults = LogConfig().to_dict()
+    synonyms: dict[str, list[str]] = {}
+    for spec in LogConfig._SPECS:
+        synonyms[spec.key] = [s.key for s in spec.synonyms]
+    accepted = set(defaults) | {s for names in synonyms.values() for s in names}
+    if accepted != set(LogConfig.valid_keys()):
+        raise SystemExit("docs/reference.py: LogConfig specs and valid_keys() disagree")
+    rows = ["| topic config | default | broker synonyms |", "|---|---|---|"]
+    for key, default in defaults.items():
+        note = " (accepted, no effect)" if key in NO_EFFECT else ""
+        names = ", ".join(f"`{s}`" for s in synonyms[key]) or "—"
+        rows.append(f"| `{key}`{note} | `{default}` | {names} |")
+    return "\n".join(rows)
+
+
+def cli_commands() -> str:
+    rows = ["| command | what it does |", "|---|---|"]
+    rows += [f"| `pylog {c.name}` | {_cell(c.help)} |" for c in COMMANDS.values()]
+    return "\n".join(rows)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+TABLES: dict[str, Callable[[], str]] = {
+    "source-options": source_options,
+    "sink-options": sink_options,
+    "topic-configs": topic_configs,
+    "cli": cli_commands,
+}
+
+
+def render(text: str) -> str:
+    """``text`` with every generated block replaced by its current table."""
+    for name, make in TABLES.items():
+        pattern = re.compile(rf"(<!-- reference:{name} -->\n).*?(<!-- /reference:{name} -->)", re.S)
+        if not pattern.search(text):
+            raise SystemExit(f"docs/reference.py: no <!-- reference:{name} --> block in the file")
+        table = make()
+        text = pattern.sub(lambda m, t=table: m.group(1) + t + "\n" + m.group(2), text)  # type: ignore[misc]
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--write", metavar="FILE", help="replace the generated blocks of FILE")
+    group.add_argument("--check", metavar="FILE", help="exit 1 if FILE's generated blocks are out of date")
+    args = parser.parse_args(argv)
+    if args.write or args.check:
+        path = Path(args.write or args.check)
+        text = path.read_text()
+        new = render(text)
+        if args.write:
+            path.write_text(new)
+        elif new != text:
+            print(f"{path} is out of date: run python docs/reference.py --write {path}")
+            return 1
+        return 0
+    for name, make in TABLES.items():
+        print(f"<!-- reference:{name} -->\n{make()}\n<!-- /reference:{name} -->\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""What the examples share: their working directory and the local SparkSession they reuse.
+
+Not an example itself (``tests/test_examples.py`` runs every ``examples/*.py`` not starting
+with ``_``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+OWNED = ("pylog-root", "spark-checkpoints", "kafka-log-dir")
+"""The only names an example creates (and, on a re-run, removes) inside its directory."""
+
+
+def demo_dir(name: str, doc: str | None) -> Path:
+    """The example's directory: the first argument, or ``demo-data/<name>`` (what ``make clean``
+    removes).  Anything an earlier run of an example left there is removed; a directory holding
+    other files is refused rather than touched."""
+    parser = argparse.ArgumentParser(description=(doc or "").strip().splitlines()[0] if doc else None)
+    parser.add_argument("dir", nargs="?", default=f"demo-data/{name}", help="working directory (created)")
+    base = Path(parser.parse_args().dir)
+    if base.exists():
+        foreign = sorted(p.name for p in base.iterdir() if p.name not in OWNED)
+        if foreign:
+            listed = ", ".join(foreign[:5])
+            sys.exit(f"{base} holds files this example did not create ({listed}); choose another directory")
+        for owned in OWNED:
+            shutil.rmtree(base / owned, ignore_errors=True)
+    base.mkdir(parents=True, exist_ok=True)
+    return base
+
+
+def local_spark(app: str) -> Any:
+    """A local SparkSession for the examples: 2 cores, loopback only, no UI, quiet logs, and
+    ``format("pylog")`` registered.
+
+    Spark finds the ``pylog`` data source by itself in a regular install (the top-level module
+    ``pyspark_pylog``); an editable install (``pip install -e .``, what ``make`` does) hides that
+    module from Spark's scan, so it is registered explicitly here, which is harmless otherwise.
+    Python workers must run this interpreter, which has pylog and pyarrow: ``PYSPARK_PYTHON``."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    from pylog.connector import DefaultSource
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        # short local runs: the JVM's quick compiler and a simple GC start faster on few cores
+        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(DefaultSource)
+    return spark

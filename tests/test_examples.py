@@ -1,0 +1,128 @@
+"""The examples run, the analyst notebook executes headlessly with its plots, and the README's
+reference tables match the code they document.
+
+Each example script runs in its own process (one SparkSession each at most) on a temporary
+directory, exactly as a user runs it: ``python examples/<name>.py DIR``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.kafka_fixtures import ROOT as KAFKA_FIXTURES
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples"
+SCRIPTS = sorted(p.name for p in EXAMPLES.glob("*.py") if not p.name.startswith("_"))
+
+EXPECTED: dict[str, list[str]] = {
+    # lines (or parts of lines) each example must print: the outcome it demonstrates
+    "demo.py": ["appended 500,000 events", "read back 500,000 records"],
+    "quickstart_spark.py": [
+        "batch 2:  1000 records",  # three availableNow runs of the writing query
+        "batch 2:   600 records",  # 3000 records read at most 1200 per micro-batch
+        "3000 records in the memory table",
+        "batch 1:   500 records",  # the restarted pipeline reads only the new records
+        "3500 records in pages: every click exactly once",
+        "page-counts offset 2: pay = 1000",
+    ],
+    "changelog_compaction.py": [
+        "2200 records (20 tombstones)",
+        "after pylog compact:",
+        "(0 tombstones)",
+        "OK: checked",
+    ],
+    "kafka_interop.py": [
+        "my-topic: 42 records, offsets 0..41",
+        "test-88: 20 records, offsets 0..19",
+        "magic: 1 compresscodec: none",
+        "|  my-topic|   42|",
+        "appended at offset 6 of test-natty-0",
+        "OK: checked",
+    ],
+}
+
+
+def test_every_example_is_checked() -> None:
+    assert sorted(EXPECTED) == SCRIPTS, "add the new example's expected output to EXPECTED"
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("PYLOG_TEST_CRASH_AT_STEP", None)
+    return env
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_example_runs(script: str, tmp_path: Path) -> None:
+    if script == "kafka_interop.py" and not (KAFKA_FIXTURES / "MANIFEST.json").is_file():
+        pytest.skip(f"kafka_interop.py reads the broker-written fixtures, absent at {KAFKA_FIXTURES}")
+    work = tmp_path / "work"
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / script), str(work)],
+        cwd=tmp_path,  # nothing may land in the repository
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 0, f"{script} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    for expected in EXPECTED[script]:
+        assert expected in proc.stdout, f"{script} did not print {expected!r}:\n{proc.stdout}"
+    assert work.is_dir()
+    print(f"{script}: {elapsed:.1f} s")
+
+
+def test_example_refuses_a_foreign_directory(tmp_path: Path) -> None:
+    (tmp_path / "precious.txt").write_text("not the example's")
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / "changelog_compaction.py"), str(tmp_path)],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode != 0 and "did not create (precious.txt)" in proc.stderr
+    assert (tmp_path / "precious.txt").read_text() == "not the example's"
+
+
+def test_analyst_notebook_executes_with_its_plots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import nbformat
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("PYLOG_NOTEBOOK_DIR", str(tmp_path / "work"))  # the kernel inherits it
+    monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    nb = nbformat.read(EXAMPLES / "analyst.ipynb", as_version=4)
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit it without outputs"
+    client = NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
+    client.execute()  # raises CellExecutionError, with the cell and traceback, if a cell fails
+    plot_cells = [c for c in nb.cells if c.cell_type == "code" and "plt.show()" in c.source]
+    assert len(plot_cells) == 3
+    for cell in plot_cells:
+        images = [o for o in cell.outputs if "image/png" in o.get("data", {})]
+        assert len(images) == 1, f"no figure from:\n{cell.source}"
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert "10,000 readings from 100 sensors in 4 partitions" in text
+    assert "after:" in text and (tmp_path / "work" / "pylog-root" / "readings-0").is_dir()
+
+
+def test_readme_reference_tables_match_the_code() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "docs" / "reference.py"), "--check", str(REPO / "README.md")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
