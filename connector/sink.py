@@ -28,7 +28,7 @@ import hashlib
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import pyarrow as pa
@@ -104,6 +104,16 @@ def parse_sink_options(raw: Mapping[str, str], *, streaming: bool) -> SinkOption
     for k, v in opts.items():
         if k in SINK_OPTIONS or k.startswith("storage."):
             continue
+        if k == "kafka.bootstrap.servers":
+            raise ConfigError(
+                "option kafka.bootstrap.servers: pylog has no brokers; replace it with the option path "
+                '(.option("path", "/data/logs"))'
+            )
+        if k.startswith("kafka."):
+            import logging
+
+            logging.getLogger("pylog.connector").warning("Kafka producer option %s has no effect on pylog", k)
+            continue
         if k in valid:
             topic_config[k] = v
         else:
@@ -143,18 +153,24 @@ def parse_sink_options(raw: Mapping[str, str], *, streaming: bool) -> SinkOption
         partitions=partitions,
         topic_config=topic_config,
         codec=codec,
-        batch_bytes=_int_option(opts, "batch.size", 1 << 10, 1 << 30) or records.DEFAULT_BATCH_BYTES,
-        lock_timeout_s=(_int_option(opts, "locktimeoutms", 0, 1 << 40) or 60_000) / 1000.0,
+        batch_bytes=_int_option(opts, "batch.size", 1 << 10, 1 << 30, records.DEFAULT_BATCH_BYTES),
+        lock_timeout_s=_int_option(opts, "locktimeoutms", 0, 1 << 40, 60_000) / 1000.0,
         maintenance=maintenance == "true",
-        maintenance_budget_ms=_int_option(opts, "maintenance.budgetms", 0, 1 << 40) or 2000,
+        maintenance_budget_ms=_int_option(opts, "maintenance.budgetms", 0, 1 << 40, 2000),
         storage_options=storage,
         sink_id=sink_id,
     )
 
 
-def _int_option(opts: Mapping[str, str], name: str, lo: int, hi: int) -> int | None:
+@overload
+def _int_option(opts: Mapping[str, str], name: str, lo: int, hi: int) -> int | None: ...
+@overload
+def _int_option(opts: Mapping[str, str], name: str, lo: int, hi: int, default: int) -> int: ...
+def _int_option(
+    opts: Mapping[str, str], name: str, lo: int, hi: int, default: int | None = None
+) -> int | None:
     if name not in opts:
-        return None
+        return default
     try:
         v = int(opts[name])
     except ValueError:

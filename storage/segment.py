@@ -95,6 +95,11 @@ class LogSegment:
             self._size = self._file.size()
             self.offset_index.create()
             self.time_index.create()
+            if self._size and self.bytes_since_last_index_entry == 0:
+                # a reopened segment continues Kafka's per-batch rule: the bytes written since
+                # the last indexed batch (or since the start, with no entry yet)
+                _, positions = self.offset_index.entries()
+                self.bytes_since_last_index_entry = self._size - (int(positions[-1]) if len(positions) else 0)
 
     def can_convert_to_relative_offset(self, offset: int) -> bool:
         return 0 <= offset - self.base_offset <= INT32_MAX

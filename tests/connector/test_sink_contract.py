@@ -40,6 +40,11 @@ def test_options_and_sink_identity(tmp_path: Path) -> None:
         sink.parse_sink_options({}, streaming=True)
     with pytest.raises(ConfigError, match="unknown pylog sink option"):
         opts(tmp_path, kafkaBootstrap="x")
+    with pytest.raises(ConfigError, match="replace it with the option path"):
+        opts(tmp_path, **{"kafka.bootstrap.servers": "h:9092"})
+    assert opts(tmp_path, **{"kafka.acks": "all"}).topic == "t"  # producer settings: ignored, warned
+    zero = opts(tmp_path, lockTimeoutMs="0", **{"maintenance.budgetMs": "0"})
+    assert zero.lock_timeout_s == 0 and zero.maintenance_budget_ms == 0
     with pytest.raises(ConfigError, match=r"segment\.bytes"):
         opts(tmp_path, **{"segment.bytes": "lots"})
     with pytest.raises(ConfigError, match="partitions"):

@@ -335,3 +335,24 @@ def test_roll_rules_and_close_idempotent(tmp_path) -> None:  # type: ignore[no-u
     lg.close()
     again = open_log(tmp_path)
     assert again.log_end_offset == 5
+
+
+def test_reopened_log_keeps_indexing_every_interval(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A log reopened for each append (as the sink's commits do) still gets an index entry
+    whenever more than index.interval.bytes were written since the last one, exactly as a
+    log appended in one session (and as Kafka's recovery would rebuild it)."""
+    cfg = {"index.interval.bytes": 300}
+    one = open_log(tmp_path / "one", **cfg)
+    for i in range(40):
+        one.append(values(2, 2 * i, size=40), timestamp=i)
+    one.close()
+    for i in range(40):
+        lg = open_log(tmp_path / "many", **cfg)
+        lg.append(values(2, 2 * i, size=40), timestamp=i)
+        lg.close()
+    reopened = open_log(tmp_path / "many", **cfg)
+    ref = open_log(tmp_path / "one", **cfg)
+    got = reopened.segments[0].offset_index.entries()
+    want = ref.segments[0].offset_index.entries()
+    assert len(got[0]) > 5
+    assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
