@@ -15,6 +15,7 @@ import numpy as np
 
 from pylog.storage import checkpoint as ckpt
 from pylog.storage import records
+from pylog.storage.consumers import consumer_lag, read_consumer_offsets
 from pylog.storage.errors import PylogError
 from pylog.storage.fs import LocalStorage
 from pylog.storage.manager import CLEAN_SHUTDOWN, Root, partition_dir
@@ -57,10 +58,21 @@ def describe(root: Root) -> dict[str, Any]:
                 "bytes": sum(p["bytes"] for p in parts),
             }
         )
+    latest = {(t["topic"], p["partition"]): p["log_end_offset"] for t in topics for p in t["partitions"]}
+    consumers = []
+    for group, consumed in sorted(read_consumer_offsets(root.storage).items()):
+        subscribed = {tp: end for tp, end in latest.items() if tp[0] in {t for t, _ in consumed}}
+        lag = consumer_lag(consumed, subscribed)
+        parts = [
+            {"topic": t, "partition": p, "consumed": consumed.get((t, p), 0), "lag": n}
+            for (t, p), n in sorted(lag.items())
+        ]
+        consumers.append({"group": group, "lag": sum(lag.values()), "partitions": parts})
     return {
         "root": root.storage.describe(),
         "clean_shutdown": root.storage.exists(CLEAN_SHUTDOWN),
         "topics": topics,
+        "consumers": consumers,
     }
 
 
@@ -85,6 +97,10 @@ def format_describe(info: dict[str, Any]) -> str:
             )
     if info["topics"]:
         out.append("\n* end - start: the offsets in range (compaction and control records leave gaps)")
+    for c in info.get("consumers", []):
+        out.append(f"\nquery {c['group']}: lag {c['lag']} records")
+        for p in c["partitions"]:
+            out.append(f"  {p['topic']}-{p['partition']}: consumed up to {p['consumed']}, lag {p['lag']}")
     return "\n".join(out)
 
 

@@ -83,3 +83,17 @@ def test_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert "no such directory" in capsys.readouterr().err
     assert main(["describe"]) == 2
     assert main([]) == 2
+
+
+def test_describe_shows_consumer_lag(root_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from pylog.storage.consumers import write_consumer_offsets
+    from pylog.storage.fs import LocalStorage
+
+    write_consumer_offsets(LocalStorage(root_dir), "my-query", {("events", 0): 10})
+    assert main(["describe", str(root_dir), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    (c,) = info["consumers"]
+    ends = {p["partition"]: p["log_end_offset"] for p in info["topics"][0]["partitions"]}
+    assert c["group"] == "my-query" and c["lag"] == ends[0] - 10 + ends[1]
+    assert main(["describe", str(root_dir)]) == 0
+    assert "query my-query: lag" in capsys.readouterr().out

@@ -1,0 +1,61 @@
+"""Consumed offsets of streaming queries, recorded in the root like Kafka's committed offsets.
+
+Each query (identified by its ``groupId`` option, see :mod:`pylog.connector.options`) has one
+file in the root, in Kafka's checkpoint format (version 0, count, ``<topic> <partition> <offset>``
+lines; :mod:`pylog.storage.checkpoint`)::
+
+    <root>/pylog-consumer-offsets.<groupId>
+
+It is a file, never a directory, so neither Kafka nor pylog takes it for a partition, and it is
+replaced atomically.  The source writes it in ``commit(end)``, i.e. the offsets Spark has finished
+processing.  Spark calls ``commit`` for batch N only after planning batch N+1 and never for the
+last batch before a stop, so the file can lag the query by one batch: it is for observing lag
+(``pylog describe``), not a position a query restarts from (that is Spark's checkpoint).
+
+(Storage-level: the Spark source writes these files, `pylog describe` reads them.)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from pylog.storage import checkpoint as ckpt
+from pylog.storage.errors import PylogError
+from pylog.storage.fs import Storage
+
+log = logging.getLogger("pylog.connector")
+
+CONSUMER_OFFSETS_PREFIX = "pylog-consumer-offsets."
+
+TopicPartition = tuple[str, int]
+
+
+def consumer_offsets_file(group_id: str) -> str:
+    return f"{CONSUMER_OFFSETS_PREFIX}{group_id}"
+
+
+def write_consumer_offsets(storage: Storage, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
+    """Atomically replace the consumed offsets of ``group_id``."""
+    ckpt.write_offsets(storage, consumer_offsets_file(group_id), offsets)
+
+
+def read_consumer_offsets(storage: Storage) -> dict[str, dict[TopicPartition, int]]:
+    """Every query's consumed offsets in the root: {groupId: {(topic, partition): offset}}."""
+    out: dict[str, dict[TopicPartition, int]] = {}
+    for name in storage.listdir(""):
+        if name.startswith(CONSUMER_OFFSETS_PREFIX) and not name.endswith(".tmp") and not storage.isdir(name):
+            group = name[len(CONSUMER_OFFSETS_PREFIX) :]
+            try:
+                out[group] = ckpt.read_offsets(storage, name)
+            except PylogError as e:
+                log.warning("skipping %s: %s", name, e)
+    return out
+
+
+def consumer_lag(
+    consumed: Mapping[TopicPartition, int], latest: Mapping[TopicPartition, int]
+) -> dict[TopicPartition, int]:
+    """Records between a query's consumed offsets and the log ends, per partition (a partition
+    the query has not consumed yet counts from 0)."""
+    return {tp: max(0, end - consumed.get(tp, 0)) for tp, end in latest.items()}
