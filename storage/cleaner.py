@@ -38,13 +38,24 @@ No clock is read: every decision takes ``now``.
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 
 from pylog.storage import batch as B
 from pylog.storage import rewrite, transactions
+from pylog.storage.cleanable import (
+    LogToClean,
+    first_dirty_offset,
+    first_uncleanable_offset,
+    group_segments_by_size,
+    log_to_clean,
+    max_compaction_delay,
+)
 from pylog.storage.config import INT32_MAX, INT64_MAX, CleanerConfig
 from pylog.storage.errors import CorruptRecordError
 from pylog.storage.index import TxnIndex
@@ -54,158 +65,6 @@ from pylog.storage.segment import Located, LogSegment
 
 Progress = Callable[[int], None]
 """Called with the number of bytes just processed."""
-
-
-# ============================================================================ cleanable range
-
-
-@dataclass(frozen=True)
-class LogToClean:
-    """A compacted log's clean/dirty split at ``now`` (Kafka's ``LogToClean``)."""
-
-    log: Log
-    first_dirty_offset: int
-    first_uncleanable_offset: int  # rounded down to a segment base
-    clean_bytes: int
-    cleanable_bytes: int
-    max_compaction_delay_ms: int
-    checkpoint_reset: bool  # the checkpoint was outside [log start, LEO]
-
-    @property
-    def total_bytes(self) -> int:
-        return self.clean_bytes + self.cleanable_bytes
-
-    @property
-    def cleanable_ratio(self) -> float:
-        return self.cleanable_bytes / self.total_bytes if self.total_bytes else 0.0
-
-    @property
-    def need_compaction_now(self) -> bool:
-        """A dirty segment is older than ``max.compaction.lag.ms``."""
-        return self.max_compaction_delay_ms > 0
-
-    def should_clean(self, min_ratio: float | None = None) -> bool:
-        """Kafka's selection rule (``grabFilthiestCompactedLog``)."""
-        ratio = self.log.config.min_cleanable_dirty_ratio if min_ratio is None else min_ratio
-        if self.total_bytes <= 0:
-            return False
-        return (self.need_compaction_now and self.cleanable_bytes > 0) or self.cleanable_ratio > ratio
-
-
-def first_dirty_offset(log: Log, checkpoint: int | None) -> tuple[int, bool]:
-    """The checkpointed first dirty offset, or the log start offset when it is missing or
-    out of range: (offset, whether it was reset)."""
-    start, leo = log.log_start_offset, log.log_end_offset
-    if checkpoint is None:
-        return start, False
-    if checkpoint < start or checkpoint > leo:
-        return start, True
-    return checkpoint, False
-
-
-def first_uncleanable_offset(log: Log, first_dirty: int, now: int, *, with_lso: bool = True) -> int:
-    """``min(LSO, active segment base, first dirty segment younger than min.compaction.lag.ms)``,
-    at least ``first_dirty`` (not rounded to a segment)."""
-    candidates = [log.active.base_offset]
-    if with_lso:
-        candidates.append(transactions.last_stable_offset(log))
-    lag = log.config.min_compaction_lag_ms
-    if lag > 0:
-        for seg in _non_active_from(log, first_dirty):
-            if seg.largest_timestamp > now - lag:
-                candidates.append(seg.base_offset)
-                break
-    return max(first_dirty, min(candidates))
-
-
-def _non_active_from(log: Log, offset: int) -> list[LogSegment]:
-    """Non-active segments from the one holding ``offset`` (Kafka's ``nonActiveLogSegmentsFrom``)."""
-    segs = log.segments[:-1]
-    start = max(0, int(np.searchsorted([s.base_offset for s in segs], offset, side="right")) - 1)
-    return segs[start:]
-
-
-def _floor_base(log: Log, offset: int) -> int:
-    """Base offset of the segment holding ``offset``, the active segment's if ``offset`` is at
-    or beyond it (Kafka's ``nonActiveLogSegmentsFrom(offset).headOption``)."""
-    if offset >= log.active.base_offset:
-        return log.active.base_offset
-    bases = np.array([s.base_offset for s in log.segments], dtype=np.int64)
-    return int(bases[max(0, int(np.searchsorted(bases, offset, side="right")) - 1)])
-
-
-def max_compaction_delay(log: Log, first_dirty: int, now: int) -> int:
-    """How long past ``max.compaction.lag.ms`` the oldest dirty segment is (0 if none is):
-    its first batch's max timestamp against ``now`` (Kafka's ``maxCompactionDelay``)."""
-    lag = max(log.config.max_compaction_lag_ms, 0)
-    if lag >= INT64_MAX:
-        return 0
-    firsts = [t for t in (_first_batch_timestamp(s) for s in _non_active_from(log, first_dirty)) if t > 0]
-    if not firsts:
-        return 0
-    until = now - lag
-    return until - min(firsts) if min(firsts) < until else 0
-
-
-def _first_batch_timestamp(seg: LogSegment) -> int:
-    if seg.rolling_based_timestamp is None:
-        first = next(seg.iter_batches(0, chunk=1 << 16), None)
-        seg.rolling_based_timestamp = int(first.headers.max_timestamp[0]) if first is not None else -1
-    return seg.rolling_based_timestamp
-
-
-def log_to_clean(log: Log, checkpoint: int | None, now: int, *, with_lso: bool = True) -> LogToClean:
-    """The clean/dirty split of ``log`` (``with_lso=False`` skips the last stable offset, which
-    may need a scan of the log: a cheap upper bound of the dirty bytes for pre-selection)."""
-    first_dirty, reset = first_dirty_offset(log, checkpoint)
-    uncleanable = first_uncleanable_offset(log, first_dirty, now, with_lso=with_lso)
-    upper = _floor_base(log, uncleanable)
-    sizes = np.array([s.size for s in log.segments], dtype=np.int64)
-    bases = np.array([s.base_offset for s in log.segments], dtype=np.int64)
-    nexts = np.append(bases[1:], INT64_MAX)
-    clean = int(sizes[bases < first_dirty].sum())  # Kafka: logSegments(-1, firstDirty)
-    lo = min(first_dirty, upper)
-    dirty = int(sizes[(bases < upper) & (nexts > lo)].sum())  # logSegments(lo, firstUncleanable)
-    delay = max_compaction_delay(log, first_dirty, now)
-    return LogToClean(log, first_dirty, upper, clean, dirty, delay, reset)
-
-
-# ============================================================================ grouping
-
-
-def group_segments_by_size(
-    segments: list[LogSegment], max_size: int, max_index_size: int, first_uncleanable_offset: int
-) -> list[list[LogSegment]]:
-    """Kafka's ``groupSegmentsBySize``: consecutive segments whose total log size stays within
-    ``segment.bytes``, whose index sizes stay within ``segment.index.bytes``, and whose offsets
-    fit the 32-bit relative offsets of the group's first segment (estimated from the next
-    segment's base, or the first uncleanable offset for the last one)."""
-    groups: list[list[LogSegment]] = []
-    i = 0
-    n = len(segments)
-    while i < n:
-        group = [segments[i]]
-        log_size = segments[i].size
-        index_size = 8 * len(segments[i].offset_index)
-        time_size = 12 * len(segments[i].time_index)
-        i += 1
-        while i < n:
-            nxt = segments[i]
-            last = segments[i + 1].base_offset - 1 if i + 1 < n else first_uncleanable_offset - 1
-            if not (
-                log_size + nxt.size <= max_size
-                and index_size + 8 * len(nxt.offset_index) <= max_index_size
-                and time_size + 12 * len(nxt.time_index) <= max_index_size
-                and (nxt.size == 0 or last - group[0].base_offset <= INT32_MAX)
-            ):
-                break
-            group.append(nxt)
-            log_size += nxt.size
-            index_size += 8 * len(nxt.offset_index)
-            time_size += 12 * len(nxt.time_index)
-            i += 1
-        groups.append(group)
-    return groups
 
 
 # ============================================================================ transactions
@@ -409,8 +268,7 @@ class Cleaner:
             if nxt <= start or seg.base_offset >= upper:
                 continue
             pos = seg.offset_index.lookup(start)[1] if start > seg.base_offset else 0
-            for loc in _read_all(seg, pos):
-                sp = rewrite.walk(loc.data, _relative(loc), path=seg.log_path, base_position=loc.start)
+            for loc, sp in _prefetched(_walked(seg, pos, None)):
                 self._verified[seg.log_path] = (pos, loc.start + int(loc.data.shape[0]))
                 h = sp.headers
                 discard = tracker.on_batches(h, _control_types_of(sp))
@@ -458,10 +316,7 @@ class Cleaner:
             tracker.cleaned_index = cleaned.txn_index
             for seg in group:
                 trusted = self._verified.get(seg.log_path)  # CRCs checked while mapping
-                for loc in _read_all(seg, 0):
-                    sp = rewrite.walk(
-                        loc.data, _relative(loc), path=seg.log_path, base_position=loc.start, trusted=trusted
-                    )
+                for _, sp in _prefetched(_walked(seg, 0, trusted)):
                     can_discard = tracker.on_batches(sp.headers, _control_types_of(sp))
                     keep, action, horizon = rule.decide(sp, can_discard, seg)
                     out, oh = rewrite.rebuild(sp, keep, action, horizon)
@@ -515,8 +370,13 @@ class _Rule:
         retain_empty = self._last_of_producer(h) | (h.last_offset + 1 == self.upper)
         bidx = sp.batch_index
         latest = self.omap.latest_offset
-        keep = ~discard_records[bidx] & (control[bidx] | (sp.offset > latest))
-        look = np.nonzero(~keep & ~discard_records[bidx] & (sp.key_len >= 0))[0]
+        if discard_records.any() or control.any():
+            discarded = discard_records[bidx]
+            keep = ~discarded & (control[bidx] | (sp.offset > latest))
+            look = np.nonzero(~keep & ~discarded & (sp.key_len >= 0))[0]
+        else:  # the common case: plain data batches
+            keep = sp.offset > latest
+            look = np.nonzero(~keep & (sp.key_len >= 0))[0]
         if look.size:
             found = np.empty(look.shape[0], np.int64)
             dirty = sp.offset[look] >= self.first_dirty
@@ -585,6 +445,64 @@ def _relative(loc: Located) -> B.BatchHeaders:
     h = loc.headers.take(slice(None))
     h.position = h.position - loc.start
     return h
+
+
+def _walked(
+    seg: LogSegment, position: int, trusted: tuple[int, int] | None
+) -> Iterator[tuple[Located, rewrite.Spans]]:
+    """The segment's chunks from ``position`` with their records located."""
+    for loc in _read_all(seg, position):
+        yield (
+            loc,
+            rewrite.walk(
+                loc.data, _relative(loc), path=seg.log_path, base_position=loc.start, trusted=trusted
+            ),
+        )
+
+
+T = TypeVar("T")
+
+
+def _prefetched(items: Iterator[T], depth: int = 2) -> Iterator[T]:
+    """``items``, produced by a background thread at most ``depth`` ahead: reading the next
+    chunk and walking its records (``pread`` and the compiled kernels release the GIL) overlaps
+    with the work on the current one.  Errors are raised in the consumer; closing the iterator
+    stops the thread."""
+    q: queue.Queue[tuple[str, object]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item: tuple[str, object]) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for it in items:
+                if not put(("item", it)):
+                    return
+            put(("done", None))
+        except BaseException as e:  # handed to the consumer
+            put(("error", e))
+
+    worker = threading.Thread(target=produce, name="pylog-cleaner-read", daemon=True)
+    worker.start()
+    try:
+        while True:
+            kind, value = q.get()
+            if kind == "done":
+                return
+            if kind == "error":
+                assert isinstance(value, BaseException)
+                raise value
+            yield value  # type: ignore[misc]
+    finally:
+        stop.set()
+        worker.join()
 
 
 def _read_all(seg: LogSegment, position: int) -> Iterator[Located]:

@@ -151,19 +151,24 @@ def _remove_temp_files_and_complete_swaps(
             rec.removed_files.append(n)
         elif suffix == ".swap" and kind == "log":
             swaps.append(base)
-    if not swaps:
+    if swaps:
+        swap_segments = [LogSegment(storage, directory, b, config, suffix=".swap") for b in sorted(swaps)]
+        lo = swap_segments[0].base_offset
+        hi = max(s.read_next_offset() for s in swap_segments)
+        for n in storage.listdir(directory):
+            p = _parse(n)
+            if p and not p[2] and lo <= p[0] < hi:
+                storage.delete(join(directory, n))
+                rec.removed_files.append(n)
+        for seg in sorted(swap_segments, key=lambda s: -s.base_offset):
+            seg.change_suffix("")
+            rec.completed_swaps.append(seg.log_path)
+    stray = [n for n in storage.listdir(directory) if (p := _parse(n)) and p[2] == ".swap"]
+    for n in stray:  # an index still .swap whose .log was already final (Kafka's last pass)
+        storage.rename(join(directory, n), join(directory, n[: -len(".swap")]))
+        rec.completed_swaps.append(join(directory, n))
+    if not swaps and not stray:
         return
-    swap_segments = [LogSegment(storage, directory, b, config, suffix=".swap") for b in sorted(swaps)]
-    lo = swap_segments[0].base_offset
-    hi = max(s.read_next_offset() for s in swap_segments)
-    for n in storage.listdir(directory):
-        p = _parse(n)
-        if p and not p[2] and lo <= p[0] < hi:
-            storage.delete(join(directory, n))
-            rec.removed_files.append(n)
-    for seg in sorted(swap_segments, key=lambda s: -s.base_offset):
-        seg.change_suffix("")
-        rec.completed_swaps.append(seg.log_path)
     storage.fsync_dir(directory)
 
 

@@ -6,7 +6,7 @@ a key), so the map can list its offsets without scanning its table.  Both fit in
 ``log.cleaner.dedupe.buffer.size``: ``slots = memory // (24 + 8 * load factor)`` and the map
 holds ``int(slots * log.cleaner.io.buffer.load.factor)`` keys (about 77% of what Kafka's map
 holds in the same memory at the default load factor 0.9).  The table starts at 64 Ki slots and
-doubles whenever it is 45% full until it reaches its final size, so a pass over few keys works
+grows 4-fold whenever it is 45% full until it reaches its final size, so a pass over few keys works
 in a table that fits the CPU caches; a zero slot is empty, so the tables are lazily zeroed
 allocations and memory is committed as slots are touched, never beyond the buffer.
 
@@ -35,9 +35,10 @@ SLOT_BYTES = 24
 KEY_BYTES = 8  # the slot list: one int64 per key
 SEED = 0
 INITIAL_SLOTS = 1 << 16
-"""The table starts this small (1.5 MiB) and doubles while under 45% full, up to the buffer:
-a cleaning pass over few keys stays in the CPU caches."""
+"""The smallest table (1.5 MiB): the table grows 4-fold whenever 45% full, through sizes that
+end exactly at the buffer's, so a cleaning pass over few keys stays in the CPU caches."""
 GROW_AT = 0.45
+GROWTH = 4
 
 
 def hash_spans(data: np.ndarray, pos: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -86,7 +87,11 @@ class OffsetMap:
         self._state = np.zeros(1, np.int64)
         self._used = np.zeros(capacity, np.int64)
         self._frozen = False
-        self.table = np.zeros((min(slots, INITIAL_SLOTS), 3), np.int64)
+        sizes = [slots]  # the table's sizes, each a quarter of the next, ending at ``slots``
+        while sizes[-1] // GROWTH >= INITIAL_SLOTS:
+            sizes.append(sizes[-1] // GROWTH)
+        self._sizes = sizes[::-1]
+        self.table = np.zeros((self._sizes[0], 3), np.int64)
         self.latest_offset = -1
 
     @property
@@ -99,7 +104,7 @@ class OffsetMap:
         return self.size >= self.capacity
 
     def clear(self) -> None:
-        self.table = np.zeros((min(self.slots, INITIAL_SLOTS), 3), np.int64)  # fresh lazily zeroed pages
+        self.table = np.zeros((self._sizes[0], 3), np.int64)  # fresh lazily zeroed pages
         self._used = np.zeros(self.capacity, np.int64)
         self._frozen = False
         self._state[0] = 0
@@ -128,24 +133,18 @@ class OffsetMap:
         return done
 
     def _grow(self) -> None:
-        """Double the table (up to its final size).  The entries are copied out (24 bytes a key,
-        while at most 45% of the slots are used), the old table is freed, and the entries go
-        into the new one: the table, the slot list and the copy together stay within ``memory``."""
+        """Grow the table 4-fold (up to its final size).  The entries are copied out (24 bytes a
+        key, while at most 45% of the old slots are used), the old table is freed, and the entries
+        go into the new one: the table, the slot list and the copy stay within ``memory``."""
         n = self.size
-        old_slots = self.table.shape[0]
-        entries = self.table[self._used[:n]]
+        new_slots = self._sizes[self._sizes.index(self.table.shape[0]) + 1]
+        used = self._used[:n]
+        h1, h2, offsets = self.table[used, 0], self.table[used, 1], self.table[used, 2]  # 24 bytes a key
+        offsets -= 1
         self.table = np.zeros((0, 3), np.int64)  # free the old table before the new one exists
-        self.table = np.zeros((min(self.slots, 2 * old_slots), 3), np.int64)
+        self.table = np.zeros((new_slots, 3), np.int64)
         self._state[0] = 0
-        put = _kernels.active().map_put(
-            self.table,
-            self._used,
-            np.ascontiguousarray(entries[:, 0]),
-            np.ascontiguousarray(entries[:, 1]),
-            entries[:, 2] - 1,
-            n,
-            self._state,
-        )
+        put = _kernels.active().map_put(self.table, self._used, h1, h2, offsets, n, self._state)
         assert put == n, "rehashing lost keys"
 
     def get_hashes(self, h1: np.ndarray, h2: np.ndarray) -> np.ndarray:

@@ -26,6 +26,7 @@ Kafka reader since 0.11 reads v2).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import crc32c
@@ -62,7 +63,7 @@ class Spans:
     def __len__(self) -> int:
         return int(self.offset.shape[0])
 
-    @property
+    @functools.cached_property
     def batch_index(self) -> np.ndarray:
         """For each record, the row of its batch."""
         return np.repeat(np.arange(len(self.headers), dtype=np.int64), np.diff(self.first))

@@ -322,3 +322,16 @@ def test_recovery_point_is_not_advanced_by_recovery(tmp_path: Path) -> None:
     assert res.log.recovery_point == 10  # only a flush advances it
     res.log.flush()
     assert res.log.recovery_point == res.log.log_end_offset == 40
+
+
+def test_time_index_left_as_swap_is_completed(tmp_path: Path) -> None:
+    """Kafka's crash point 5 of a swap: the .log and .index are final, the .timeindex is still
+    .swap → loading completes it (the segment keeps its time index)."""
+    lg = write_log(tmp_path, 60)
+    seg = lg.segments[0]
+    lg.close()
+    ti = tmp_path / seg.time_index.path
+    ti.rename(ti.with_name(ti.name + ".swap"))
+    res = reopen(tmp_path, recovery_point=0)
+    assert ti.exists() and not ti.with_name(ti.name + ".swap").exists()
+    assert res.log.segments[0].time_index.last_entry[0] >= 1_000_000
