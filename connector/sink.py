@@ -348,6 +348,11 @@ def _stage_batch(
             if f is None:
                 path = f"{partition_dir(topic, p)}/{pub.stage_name(opts.sink_id, batch_id, task, attempt)}"
                 f = files[(topic, p)] = root.storage.open_append(path)
+                if f.size():
+                    # left by an earlier run of this batch whose driver died before the commit (a
+                    # restarted query numbers its task attempts from 0 again): start afresh, or the
+                    # replayed commit would publish those rows twice (reliability campaign)
+                    f.truncate(0)
             f.write(enc.buffer.data)
 
 

@@ -333,12 +333,27 @@ class LogSegment:
         self.storage.truncate(self.log_path, pos)
         self._size = pos
         self._next_offset = None
-        ts, off = self.time_index.last_entry
-        self.max_timestamp_so_far, self.offset_of_max_timestamp = ts, off
+        self.max_timestamp_so_far, self.offset_of_max_timestamp = self._read_largest_timestamp()
         self.bytes_since_last_index_entry = 0
         if pos == 0:
             self.rolling_based_timestamp = None
         return removed
+
+    def _read_largest_timestamp(self) -> tuple[int, int]:
+        """Kafka's ``readLargestTimestamp``: the last time-index entry, or a later batch's
+        larger timestamp (the time index is sparse: without this, a segment truncated below its
+        last entry forgot the timestamps of the batches it keeps, and timestamp lookups skipped
+        it; found by the stateful model test)."""
+        ts, off = self.time_index.last_entry
+        try:
+            for loc in self.iter_batches(self.offset_index.lookup(off)[1]):
+                h = loc.headers
+                i = int(np.argmax(h.max_timestamp))
+                if int(h.max_timestamp[i]) > ts:
+                    ts, off = int(h.max_timestamp[i]), int(h.last_offset[i])
+        except CorruptRecordError:
+            pass  # a bad tail: reads report it, recovery truncates it
+        return ts, off
 
     def on_become_inactive(self) -> None:
         """Roll: final time index entry (the segment's max timestamp), close appenders."""
