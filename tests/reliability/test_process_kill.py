@@ -1,0 +1,20 @@
+"""Random process kills (TESTING.md A1, F41, F43; Jepsen's process-kill fault): ≥ 50 SIGKILLs of a
+real writer process on local disk, each at a random time, then every acknowledged record and
+every planned sink batch must be there exactly once (:mod:`tests.reliability.killer`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.reliability.conftest import scale
+from tests.reliability.killer import run_kills
+
+
+def test_sigkill_at_random_times_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    n = max(50, int(50 * scale()))
+    report = run_kills(tmp_path / "kills", n, seed=1)
+    assert report.errors == []
+    assert report.kills >= 50 or report.kills + report.finished >= n
+    assert report.kills >= n * 0.9, report
+    assert (report.lost, report.duplicated, report.phantom, report.unordered) == (0, 0, 0, 0), report
+    assert report.acked_appends > 0 and report.batches > 0
