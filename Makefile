@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean reliability
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,9 @@ lint: $(STAMP)
 
 test: lint
 	$(VENV)/bin/pytest -q -p no:cacheprovider
+
+reliability: $(STAMP)
+	$(PY) -m tests.reliability.campaign --long
 
 bench: $(STAMP)
 	$(PY) bench/codec.py
