@@ -135,13 +135,54 @@ def dump_command(parser: argparse.ArgumentParser) -> Runner:
 # ============================================================================ describe / verify
 
 
-def _open_read_only(path: str):  # type: ignore[no-untyped-def]
+STORAGE_OPTION_HELP = (
+    "an fsspec storage option of an object-store root, KEY=VALUE (repeatable): endpoint_url, key, "
+    "secret, anon, client_kwargs.region_name, pylog.retry_timeout_s...; also read from "
+    "PYLOG_STORAGE_OPTIONS as JSON. Never printed"
+)
+
+
+def add_root_argument(parser: argparse.ArgumentParser, help: str = "the pylog root directory") -> None:
+    """The ``root`` argument (a directory or an object-store URL) and its storage options."""
+    parser.add_argument("root", help=f"{help}, or an object-store URL such as s3://bucket/prefix")
+    parser.add_argument(
+        "--storage-option", "-S", action="append", default=[], metavar="KEY=VALUE", help=STORAGE_OPTION_HELP
+    )
+
+
+def storage_options(args: argparse.Namespace) -> dict[str, str] | None:
+    import json
+
+    from pylog.storage.errors import ConfigError
+
+    opts: dict[str, str] = {}
+    env = os.environ.get("PYLOG_STORAGE_OPTIONS")
+    if env:
+        try:
+            opts.update({str(k): str(v) for k, v in json.loads(env).items()})
+        except (ValueError, AttributeError) as e:
+            raise ConfigError(f"PYLOG_STORAGE_OPTIONS is not a JSON object: {e}") from None
+    for item in getattr(args, "storage_option", None) or []:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise ConfigError(f"--storage-option {item.split('=')[0]!r}: expected KEY=VALUE")
+        opts[k] = v
+    return opts or None
+
+
+def open_root(args: argparse.Namespace, *, read_only: bool):  # type: ignore[no-untyped-def]
+    """The root named by ``args.root``; a missing local directory is an error when reading."""
     import pylog
     from pylog.storage.errors import PylogError
+    from pylog.storage.objectstore import is_object_url
 
-    if not os.path.isdir(path):
-        raise PylogError(f"{path}: no such directory")
-    return pylog.open(path, read_only=True)
+    if read_only and not is_object_url(args.root) and not os.path.isdir(args.root):
+        raise PylogError(f"{args.root}: no such directory")
+    return pylog.open(args.root, storage_options(args), read_only=read_only)
+
+
+def _open_read_only(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    return open_root(args, read_only=True)
 
 
 def _progress(enabled: bool) -> Callable[[str], None] | None:
@@ -166,7 +207,7 @@ def _progress(enabled: bool) -> Callable[[str], None] | None:
     "Opens the root read-only: safe beside a running writer.",
 )
 def describe_command(parser: argparse.ArgumentParser) -> Runner:
-    parser.add_argument("root", help="the pylog root directory")
+    add_root_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object, for scripts")
 
     def run(args: argparse.Namespace) -> int:
@@ -176,7 +217,7 @@ def describe_command(parser: argparse.ArgumentParser) -> Runner:
         from pylog.storage.inspect import describe, format_describe
 
         try:
-            info = describe(_open_read_only(args.root))
+            info = describe(_open_read_only(args))
         except PylogError as e:
             print(f"pylog describe: error: {e}", file=sys.stderr)
             return 1
@@ -194,7 +235,7 @@ def describe_command(parser: argparse.ArgumentParser) -> Runner:
     "problems found; exit status 0 when there are none, 1 otherwise, 2 for bad arguments.",
 )
 def verify_command(parser: argparse.ArgumentParser) -> Runner:
-    parser.add_argument("root", help="the pylog root directory")
+    add_root_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object, for scripts")
 
     def run(args: argparse.Namespace) -> int:
@@ -204,7 +245,7 @@ def verify_command(parser: argparse.ArgumentParser) -> Runner:
         from pylog.storage.inspect import problems_as_json, verify
 
         try:
-            problems, counts = verify(_open_read_only(args.root), progress=_progress(not args.json))
+            problems, counts = verify(_open_read_only(args), progress=_progress(not args.json))
         except PylogError as e:
             print(f"pylog verify: error: {e}", file=sys.stderr)
             return 1

@@ -25,15 +25,13 @@ from typing import Any, TextIO
 import numpy as np
 import pyarrow as pa
 
-from pylog.cli import Runner, command
+from pylog.cli import Runner, add_root_argument, command, open_root
 
 FORMATS = ("jsonl", "kv", "value")
 
 
-def _open(path: str, *, read_only: bool):  # type: ignore[no-untyped-def]
-    import pylog
-
-    return pylog.open(path, read_only=read_only)
+def _open(args: argparse.Namespace, *, read_only: bool):  # type: ignore[no-untyped-def]
+    return open_root(args, read_only=read_only)
 
 
 def _fail(cmd: str, message: object) -> int:
@@ -53,7 +51,7 @@ def _config_pair(text: str) -> tuple[str, str]:
 
 @command("create-topic", "create a topic with partitions and Kafka topic configs")
 def create_topic_command(parser: argparse.ArgumentParser) -> Runner:
-    parser.add_argument("root", help="the pylog root directory (created if missing)")
+    add_root_argument(parser, "the pylog root directory (created if missing)")
     parser.add_argument("topic", help="topic name: [a-zA-Z0-9._-], at most 249 characters")
     parser.add_argument("--partitions", type=int, default=1, help="number of partitions (default 1)")
     parser.add_argument(
@@ -70,7 +68,7 @@ def create_topic_command(parser: argparse.ArgumentParser) -> Runner:
         from pylog.storage.errors import PylogError
 
         try:
-            with _open(args.root, read_only=False) as root:
+            with _open(args, read_only=False) as root:
                 root.create_topic(args.topic, args.partitions, dict(args.config), exist_ok=args.if_not_exists)
         except PylogError as e:
             return _fail("create-topic", e)
@@ -167,7 +165,7 @@ def _to_table(recs: list[dict[str, Any]], now: int) -> pa.Table:
 
 @command("produce", "append records read from stdin or a file (JSON lines, key/value or values)")
 def produce_command(parser: argparse.ArgumentParser) -> Runner:
-    parser.add_argument("root", help="the pylog root directory")
+    add_root_argument(parser)
     parser.add_argument("topic", help="an existing topic")
     parser.add_argument("--file", help="read records from this file instead of stdin")
     parser.add_argument("--format", choices=FORMATS, default="jsonl", help="input format (default jsonl)")
@@ -181,7 +179,7 @@ def produce_command(parser: argparse.ArgumentParser) -> Runner:
         src: TextIO = open(args.file, encoding="utf-8") if args.file else sys.stdin  # noqa: SIM115
         total = 0
         try:
-            with _open(args.root, read_only=False) as root:
+            with _open(args, read_only=False) as root:
                 root.partitions(args.topic)  # unknown topic: fail before reading input
                 pending: list[dict[str, Any]] = []
                 for rec in parse_lines(src, args.format, args.separator):
@@ -257,7 +255,7 @@ def format_record(row: dict[str, Any], fmt: str, separator: str) -> str:
 
 @command("consume", "print records from an offset or timestamp; --follow waits for new ones")
 def consume_command(parser: argparse.ArgumentParser) -> Runner:
-    parser.add_argument("root", help="the pylog root directory")
+    add_root_argument(parser)
     parser.add_argument("topic", help="the topic to read")
     parser.add_argument("--partition", type=int, action="append", help="only these partitions (repeatable)")
     start = parser.add_mutually_exclusive_group()
@@ -304,7 +302,7 @@ def _starting_offsets(root: Any, args: argparse.Namespace, parts: list[int]) -> 
 
 
 def _consume(args: argparse.Namespace) -> int:
-    root = _open(args.root, read_only=True)
+    root = _open(args, read_only=True)
     n_parts = root.partitions(args.topic)
     parts = args.partition or list(range(n_parts))
     for p in parts:
@@ -334,7 +332,7 @@ def _consume(args: argparse.Namespace) -> int:
             sys.stdout.flush()
             time.sleep(args.poll_interval)
             root.close()
-            root = _open(args.root, read_only=True)  # see what the writer appended since
+            root = _open(args, read_only=True)  # see what the writer appended since
     except KeyboardInterrupt:
         return 0
     finally:
@@ -358,7 +356,7 @@ def _rows(table: pa.Table) -> Iterator[dict[str, Any]]:
 
 @command("recover", "take the writer lock and recover every log after an unclean stop")
 def recover_command(parser: argparse.ArgumentParser) -> Runner:
-    parser.add_argument("root", help="the pylog root directory")
+    add_root_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object, for scripts")
 
     def run(args: argparse.Namespace) -> int:
@@ -367,7 +365,7 @@ def recover_command(parser: argparse.ArgumentParser) -> Runner:
         from pylog.storage.errors import PylogError
 
         try:
-            with _open(args.root, read_only=False) as root:
+            with _open(args, read_only=False) as root:
                 root._ensure_writer()
                 for topic in root.topics():
                     for p in range(root.partitions(topic)):

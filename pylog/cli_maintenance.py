@@ -16,7 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pylog.cli import Runner, command
+from pylog.cli import Runner, add_root_argument, command, open_root
+from pylog.storage.objectstore import is_object_url
 
 
 def _non_negative(kind: type) -> Callable[[str], Any]:
@@ -33,7 +34,7 @@ def _non_negative(kind: type) -> Callable[[str], Any]:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("root", help="the pylog root directory")
+    add_root_argument(parser)
     parser.add_argument(
         "--topic",
         action="append",
@@ -50,16 +51,15 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace, name: str, **kwargs: object) -> int:
-    import pylog
     from pylog.storage.errors import PylogError
     from pylog.storage.maintenance import StderrProgress, maintain
 
-    if not os.path.isdir(args.root):
+    if not is_object_url(args.root) and not os.path.isdir(args.root):
         print(f"pylog {name}: error: {args.root}: no such directory", file=sys.stderr)
         return 1
     progress = StderrProgress(enabled=not args.json)
     try:
-        with pylog.open(args.root) as root:
+        with open_root(args, read_only=False) as root:
             for t in args.topic or ():
                 root.partitions(t)  # unknown topic: a clear error before any work
             now = int(time.time() * 1000) if args.now is None else args.now

@@ -28,6 +28,7 @@ from pylog.storage.config import CleanerConfig
 from pylog.storage.errors import PylogError
 from pylog.storage.log import Log
 from pylog.storage.manager import Root
+from pylog.storage.merge import merge_small_segments
 from pylog.storage.retention import RetentionResult, partition_key, retain
 
 ProgressFn = Callable[[str, int, int], None]
@@ -44,6 +45,8 @@ class MaintenanceReport:
     cleaner_checkpoints: dict[str, int] = field(default_factory=dict)  # "<topic>-<p>" -> first dirty
     uncleanable: dict[str, str] = field(default_factory=dict)  # directory -> error
     files_deleted: int = 0  # ``.deleted`` segments physically removed (file.delete.delay.ms passed)
+    segments_merged: int = 0  # small segments merged away (object stores)
+    orphans_deleted: int = 0  # unreferenced objects removed (object stores)
     budget_exhausted: bool = False
     elapsed_s: float = 0.0
 
@@ -88,6 +91,10 @@ class MaintenanceReport:
             )
         for d, e in self.uncleanable.items():
             lines.append(f"{d}: uncleanable: {e}")
+        if self.segments_merged:
+            lines.append(f"merged away {self.segments_merged} small segments")
+        if self.orphans_deleted:
+            lines.append(f"deleted {self.orphans_deleted} orphaned objects")
         if self.budget_exhausted:
             lines.append("time budget exhausted: remaining work left for the next run")
         if not lines:
@@ -131,6 +138,52 @@ def maintain(
     ``high_watermarks`` bounds retention per partition (see :func:`retention.retain`).
     ``cleaner`` may be reused across calls: it keeps the offset map's memory and the logs
     found uncleanable.  Returns a :class:`MaintenanceReport`."""
+    if isinstance(target, Root) and target.transactional:
+        # on an object store the whole run is one commit (re-run from the newest state if another
+        # writer committed first), followed by a sweep of objects no manifest refers to
+        report = target.transaction(
+            lambda: _maintain(
+                target, now, budget_s, retention, compaction, force, topics, partitions,
+                high_watermarks, cleaner, cleaner_config, progress, clock,
+            )
+        )
+        if not report.budget_exhausted and _sweep_due(target, now):
+            report.orphans_deleted = target.sweep_orphans(now)
+        return report
+    return _maintain(
+        target, now, budget_s, retention, compaction, force, topics, partitions,
+        high_watermarks, cleaner, cleaner_config, progress, clock,
+    )
+
+
+_LAST_SWEEP: dict[str, int] = {}
+
+
+def _sweep_due(root: Root, now: int) -> bool:
+    """Orphan sweeps list the whole root: at most one per delete delay per root and process."""
+    url = root.storage.describe()
+    delay = getattr(getattr(root.storage, "store", None), "file_delete_delay_ms", 60_000)
+    if now - _LAST_SWEEP.get(url, -(1 << 62)) < delay:
+        return False
+    _LAST_SWEEP[url] = now
+    return True
+
+
+def _maintain(
+    target: Log | Root,
+    now: int,
+    budget_s: float | None,
+    retention: bool,
+    compaction: bool,
+    force: bool,
+    topics: Iterable[str] | None,
+    partitions: Iterable[tuple[str, int]] | None,
+    high_watermarks: Mapping[tuple[str, int], int] | None,
+    cleaner: Cleaner | None,
+    cleaner_config: CleanerConfig | None,
+    progress: ProgressFn | None,
+    clock: Callable[[], float],
+) -> MaintenanceReport:
     t0 = clock()
     report = MaintenanceReport(now)
     cleaner = cleaner or Cleaner(cleaner_config)
@@ -151,6 +204,11 @@ def maintain(
                 report.retention.append(r)
     if compaction and logs:
         _compact(logs, report, cleaner, now, force, progress, out_of_time)
+    if isinstance(target, Root) and target.transactional:
+        for _, lg in logs:
+            if out_of_time():
+                break
+            report.segments_merged += merge_small_segments(lg, now=now)
     for _, lg in logs:
         report.files_deleted += lg.delete_pending(now)
     report.uncleanable.update(

@@ -19,13 +19,14 @@ at broker start.  ``close()`` flushes, writes the checkpoints and the clean-shut
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -38,6 +39,8 @@ from pylog.storage.errors import ConfigError, CorruptCheckpointError, LogLockedE
 from pylog.storage.fs import LocalStorage, Storage
 from pylog.storage.loader import Recovery, load_log
 from pylog.storage.log import AppendInfo, Log
+from pylog.storage.objectfs import CommitConflictError, ObjectStorage
+from pylog.storage.objectstore import is_object_url
 from pylog.storage.partitioner import partition_for_keys
 
 log = logging.getLogger("pylog.storage")
@@ -46,6 +49,20 @@ TOPICS_FILE = "pylog-topics.json"
 CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+COMMIT_ATTEMPTS = 50
+"""How often an operation on an object store is re-run after losing a commit race."""
+
+T = TypeVar("T")
+
+
+def _mutation(fn: Callable[..., T]) -> Callable[..., T]:
+    """A public operation that changes the root: one atomic transaction on an object store."""
+
+    @functools.wraps(fn)
+    def run(self: Root, *args: Any, **kwargs: Any) -> T:
+        return self.transaction(lambda: fn(self, *args, **kwargs))
+
+    return run
 
 TIMESTAMP_TYPE = pa.timestamp("ms", tz="UTC")
 TABLE_SCHEMA = pa.schema(
@@ -110,6 +127,9 @@ class Root:
         """Called with the name of each step of a publish (crash-point tests)."""
         self._failed: BaseException | None = None
         self._round_robin = 0
+        self._txn_depth = 0
+        self.commits = 0
+        """Manifests this root published (object stores)."""
 
     # ------------------------------------------------------------------ metadata
 
@@ -153,6 +173,7 @@ class Root:
                 f"topics: {', '.join(self.topics()) or 'none'}"
             ) from None
 
+    @_mutation
     def create_topic(
         self,
         name: str,
@@ -161,7 +182,15 @@ class Root:
         *,
         exist_ok: bool = False,
     ) -> None:
-        """Create a topic with ``partitions`` partitions and Kafka topic configs."""
+        """Create a topic with ``partitions`` partitions and Kafka topic configs.
+
+        >>> import pylog, tempfile
+        >>> root = pylog.open(tempfile.mkdtemp())
+        >>> root.create_topic("events", partitions=4, config={"retention.ms": 86_400_000})
+        >>> root.topics(), root.partitions("events"), root.config("events").retention_ms
+        (['events'], 4, 86400000)
+        >>> root.close()
+        """
         validate_topic_name(name)
         if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
             raise ConfigError(f"partitions must be a positive integer, got {partitions!r}")
@@ -182,6 +211,7 @@ class Root:
             self._state.high_watermarks[(name, p)] = self.log(name, p).log_end_offset
         pub.write_state(self.storage, self._state)
 
+    @_mutation
     def add_partitions(self, topic: str, count: int) -> int:
         """Add ``count`` partitions to ``topic`` (Kafka's ``CreatePartitions``; partitions are
         never removed, and keys may map to other partitions afterwards).  Returns the new total."""
@@ -198,6 +228,7 @@ class Root:
         pub.write_state(self.storage, self._state)
         return old + count
 
+    @_mutation
     def alter_config(self, topic: str, config: Mapping[str, Any]) -> None:
         """Merge Kafka topic configs into ``topic``'s configuration."""
         self._ensure_writer()
@@ -285,6 +316,7 @@ class Root:
 
     # ------------------------------------------------------------------ data
 
+    @_mutation
     def append(
         self,
         topic: str,
@@ -302,6 +334,17 @@ class Root:
         ``timestamp``, ``headers``, ``partition``) or the values themselves.  Records go to
         ``partition`` if given, else to their ``partition`` column, else to Kafka's murmur2
         partition of their key; records without a key share one partition chosen round robin.
+
+        >>> import pylog, tempfile, pyarrow as pa
+        >>> root = pylog.open(tempfile.mkdtemp())
+        >>> root.create_topic("events", partitions=2)
+        >>> events = pa.table({"key": [b"k1", b"k2", b"k3"], "value": [b"a", b"b", b"c"]})
+        >>> written = root.append("events", events)        # partitions: murmur2 of the keys
+        >>> {p: (w.first_offset, w.last_offset) for p, w in sorted(written.items())}
+        {0: (0, 0), 1: (0, 1)}
+        >>> root.append("events", [b"d"], partition=0)[0].first_offset
+        1
+        >>> root.close()
         """
         self._ensure_writer()
         if isinstance(data, pa.RecordBatch):
@@ -419,6 +462,7 @@ class Root:
         """The last batch id ``sink_id`` published (-1 if none)."""
         return pub.read_state(self.storage).sinks.get(pub.validate_sink_id(sink_id), -1)
 
+    @_mutation
     def publish(
         self, sink_id: str, batch_id: int, staged: list[pub.StagedFile]
     ) -> dict[tuple[str, int], AppendInfo] | None:
@@ -471,17 +515,227 @@ class Root:
         *,
         start_offset: int | None = None,
         end_offset: int | None = None,
+        start_timestamp: Any = None,
+        end_timestamp: Any = None,
         include_headers: bool = True,
     ) -> pa.Table:
-        """Records of ``topic`` as a table with Spark's Kafka source columns."""
-        parts = range(self.partitions(topic)) if partitions is None else partitions
-        tables = []
-        for p in parts:
-            lg = self.log(topic, int(p))
-            start = lg.log_start_offset if start_offset is None else max(start_offset, lg.log_start_offset)
-            tables.append(kafka_columns(lg.read_table(start, end_offset), topic, int(p)))
-        table = pa.concat_tables(tables) if tables else TABLE_SCHEMA.empty_table()
-        return table if include_headers else table.drop_columns(["headers"])
+        """Records of ``topic`` as a table with Spark's Kafka source columns (:data:`TABLE_SCHEMA`).
+
+        ``partitions`` (default all) are read one after the other, each in offset order, from
+        ``start_offset`` or ``start_timestamp`` (the first offset whose timestamp is >= it, as
+        Spark's ``startingTimestamp``) to ``end_offset`` or ``end_timestamp`` (exclusive: up to
+        the first offset whose timestamp is >= it); timestamps are milliseconds since the epoch,
+        ``datetime`` (naive: UTC) or ``numpy.datetime64``.  A partition with no record at or after
+        ``start_timestamp`` gives no rows; a ``start_offset`` beyond a partition's log end offset is
+        an :class:`OffsetOutOfRangeError`.  See :mod:`pylog.storage.reading`; :meth:`read_batches`
+        streams the same rows.
+
+        >>> import pylog, tempfile
+        >>> root = pylog.open(tempfile.mkdtemp())
+        >>> root.create_topic("clicks")
+        >>> _ = root.append("clicks", [b"a", b"b", b"c", b"d"], timestamp=[1000, 2000, 3000, 4000])
+        >>> root.read_table("clicks").column_names
+        ['key', 'value', 'topic', 'partition', 'offset', 'timestamp', 'timestampType', 'headers']
+        >>> root.read_table("clicks", start_offset=1, end_offset=3).column("value").to_pylist()
+        [b'b', b'c']
+        >>> root.read_table("clicks", start_timestamp=2000, end_timestamp=4000).column("offset").to_pylist()
+        [1, 2]
+        >>> from datetime import datetime, timezone
+        >>> three_s = datetime(1970, 1, 1, 0, 0, 3, tzinfo=timezone.utc)
+        >>> root.read_table("clicks", start_timestamp=three_s).num_rows
+        2
+        >>> root.close()
+        """
+        from pylog.storage import reading
+
+        return reading.read_table(
+            self,
+            topic,
+            partitions,
+            start_offset=start_offset,
+            end_offset=end_offset,
+            start_timestamp=start_timestamp,
+            end_timestamp=end_timestamp,
+            include_headers=include_headers,
+        )
+
+    def read_batches(
+        self,
+        topic: str,
+        partitions: Sequence[int] | None = None,
+        *,
+        start_offset: int | None = None,
+        end_offset: int | None = None,
+        start_timestamp: Any = None,
+        end_timestamp: Any = None,
+        max_records: int = 65_536,
+        include_headers: bool = True,
+    ) -> Iterator[pa.RecordBatch]:
+        """The rows of :meth:`read_table` as ``pyarrow.RecordBatch`` es of at most ``max_records``
+        rows, read from the log a bounded amount at a time: for ranges too large for memory.
+
+        Arguments are checked, and each partition's range fixed, when it is called.
+
+        >>> import pylog, tempfile
+        >>> root = pylog.open(tempfile.mkdtemp())
+        >>> root.create_topic("clicks", partitions=2)
+        >>> _ = root.append("clicks", [b"v%d" % i for i in range(1000)], key=[b"%d" % i for i in range(1000)])
+        >>> sizes = [b.num_rows for b in root.read_batches("clicks", max_records=300)]
+        >>> sum(sizes), max(sizes) <= 300
+        (1000, True)
+        >>> import pyarrow as pa   # a stream DuckDB, Polars or pyarrow.dataset can scan:
+        >>> from pylog.storage.manager import TABLE_SCHEMA
+        >>> reader = pa.RecordBatchReader.from_batches(TABLE_SCHEMA, root.read_batches("clicks"))
+        >>> reader.read_all().num_rows
+        1000
+        >>> root.close()
+        """
+        from pylog.storage import reading
+
+        return reading.read_batches(
+            self,
+            topic,
+            partitions,
+            start_offset=start_offset,
+            end_offset=end_offset,
+            start_timestamp=start_timestamp,
+            end_timestamp=end_timestamp,
+            max_records=max_records,
+            include_headers=include_headers,
+        )
+
+    def to_pandas(
+        self,
+        topic: str,
+        partitions: Sequence[int] | None = None,
+        *,
+        start_offset: int | None = None,
+        end_offset: int | None = None,
+        start_timestamp: Any = None,
+        end_timestamp: Any = None,
+        include_headers: bool = True,
+    ) -> Any:
+        """:meth:`read_table` as a ``pandas.DataFrame`` (needs pandas).
+
+        >>> import pylog, tempfile
+        >>> root = pylog.open(tempfile.mkdtemp())
+        >>> root.create_topic("clicks")
+        >>> _ = root.append("clicks", [b"a", b"b"], key=[b"k", b"k"], timestamp=1_700_000_000_000)
+        >>> df = root.to_pandas("clicks", include_headers=False)
+        >>> list(df.columns)
+        ['key', 'value', 'topic', 'partition', 'offset', 'timestamp', 'timestampType']
+        >>> len(df), str(df["timestamp"].dtype), df["value"].tolist()
+        (2, 'datetime64[ms, UTC]', [b'a', b'b'])
+        >>> root.close()
+        """
+        from pylog.storage import reading
+
+        return reading.to_pandas(
+            self,
+            topic,
+            partitions,
+            start_offset=start_offset,
+            end_offset=end_offset,
+            start_timestamp=start_timestamp,
+            end_timestamp=end_timestamp,
+            include_headers=include_headers,
+        )
+
+    # ------------------------------------------------------------------ transactions (object stores)
+
+    @property
+    def transactional(self) -> bool:
+        """True on an object store: every change is published by one manifest commit."""
+        return bool(getattr(self.storage, "transactional", False))
+
+    def transaction(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` (which changes this root through its methods or logs) as one atomic change.
+
+        On local disk this is just ``fn()``: Kafka's mechanisms make each step durable.  On an
+        object store the changes are published together by one manifest commit when ``fn``
+        returns; if another writer committed first, the newest state is loaded and ``fn`` runs
+        again (so it must decide from what it reads, as every Root method does); if ``fn``
+        raises, nothing of it is published.  Nested calls join the outer transaction."""
+        st = self.storage
+        if not isinstance(st, ObjectStorage) or self._txn_depth:
+            return fn()
+        for attempt in range(COMMIT_ATTEMPTS):
+            self._txn_depth += 1
+            st.begin()
+            try:
+                result = fn()
+                self._commit_transaction(st)
+                return result
+            except CommitConflictError as e:
+                log.info("%s; running the operation again on the newest state", e)
+                self._end_transaction(st, refresh=True)
+                time.sleep(min(0.5, 0.01 * 2**attempt) * (0.5 + (attempt % 7) / 7))
+            except BaseException:
+                self._end_transaction(st, refresh=False)
+                raise
+            finally:
+                self._txn_depth -= 1
+        raise PylogError(
+            f"{st.describe()}: gave up after {COMMIT_ATTEMPTS} attempts: other writers kept committing "
+            "first; nothing of this operation was published"
+        )
+
+    def _commit_transaction(self, st: ObjectStorage) -> None:
+        if self._writer is not None:
+            for lg in self._logs.values():
+                if not lg.read_only and lg._failed is None and lg.active.size > 0:
+                    lg.roll()  # objects are never appended to: seal what this commit wrote
+            for lg in self._logs.values():
+                lg.close()
+            self.checkpoint()
+            self.storage.write_atomic(CLEAN_SHUTDOWN, b'{"version":0,"brokerEpoch":-1}')
+        self._logs.clear()
+        if st.commit():
+            self.commits += 1
+        self._reload()
+
+    def _end_transaction(self, st: ObjectStorage, *, refresh: bool) -> None:
+        """Drop what the transaction changed (and maybe load the newest state)."""
+        for lg in self._logs.values():
+            lg._failed = lg._failed or PylogError("transaction discarded")
+            with contextlib.suppress(Exception):
+                lg.close()
+        self._logs.clear()
+        if refresh:
+            st.refresh()
+        else:
+            st.rollback()
+        self._reload()
+
+    def _reload(self) -> None:
+        """State from the storage's current tree (after a commit, a rollback or a refresh)."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        self._failed = None
+        self._had_clean_shutdown = False
+        self._recovery_points = {}
+        self._start_offsets = {}
+        with contextlib.suppress(CorruptCheckpointError):
+            self._start_offsets = ckpt.read_offsets(self.storage, ckpt.LOG_START_OFFSET)
+        self._meta = self._read_meta()
+        self._state = pub.read_state(self.storage)
+
+    def refresh(self) -> None:
+        """See what other writers published since this root was opened (object stores; on
+        local disk, reopen the root)."""
+        if isinstance(self.storage, ObjectStorage) and not self._txn_depth:
+            for lg in self._logs.values():
+                lg.close()
+            self._logs.clear()
+            self.storage.refresh()
+            self._reload()
+
+    def sweep_orphans(self, now_ms: int | None = None) -> int:
+        """Delete objects no manifest refers to, older than the delete delay (object stores)."""
+        if isinstance(self.storage, ObjectStorage):
+            return self.storage.sweep_orphans(now_ms)
+        return 0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -510,6 +764,15 @@ class Root:
 
     def close(self) -> None:
         """Flush, write checkpoints and (as the writer) the clean-shutdown marker."""
+        if isinstance(self.storage, ObjectStorage):
+            # every change was committed by its own operation; anything else (Log-level writes
+            # outside :meth:`transaction`) was never acknowledged and is dropped
+            if self._writer is not None:
+                self._end_transaction(self.storage, refresh=False)
+            for lg in self._logs.values():
+                lg.close()
+            self._logs.clear()
+            return
         if self._writer is not None and self._failed is not None:
             for lg in self._logs.values():  # no flush, no checkpoint, no clean-shutdown marker
                 lg._failed = lg._failed or self._failed
@@ -568,13 +831,23 @@ def open_root(
     read_only: bool = False,
     lock_timeout: float = 0.0,
 ) -> Root:
-    """Open (creating if needed) a pylog root at a local path.
+    """Open (creating if needed) a pylog root at a local path or an fsspec URL.
 
-    Reading needs no lock.  The first write takes the root's writer lock; with
-    ``lock_timeout`` > 0 it waits that many seconds for another writer to finish."""
+    Local disk: reading needs no lock; the first write takes the root's writer lock, and with
+    ``lock_timeout`` > 0 waits that many seconds for another writer to finish.
+
+    Object stores (``s3://bucket/prefix``, any fsspec filesystem with put-if-absent): every
+    change is published atomically by a versioned manifest; concurrent writers are safe.
+    ``storage_options`` go to fsspec (``endpoint_url``, ``key``, ``secret``,
+    ``client_kwargs.region_name``, ``anon``...), plus pylog's ``pylog.*`` settings."""
     text = os.fspath(path)
-    if "://" in text and not text.startswith("file://"):
-        raise PylogError(f"{text}: object-store roots are not supported yet (local paths and file:// only)")
+    if is_object_url(text):
+        storage = ObjectStorage.open(text, dict(storage_options or {}), read_only=read_only)
+        return Root(storage, read_only=read_only, lock_timeout=lock_timeout)
+    if storage_options:
+        raise ConfigError(
+            f"{text}: storage options apply to object-store URLs (s3://...), not to local paths"
+        )
     if text.startswith("file://"):
         text = text[len("file://") :]
     return Root(LocalStorage(text, create=not read_only), read_only=read_only, lock_timeout=lock_timeout)

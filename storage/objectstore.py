@@ -1,0 +1,437 @@
+"""Object stores through fsspec: immutable objects, ranged reads, put-if-absent.
+
+An :class:`ObjectStore` is one fsspec filesystem plus a base prefix (``s3://bucket/prefix``).
+It offers only what pylog's object-store mode needs, each with pylog's rules:
+
+========================  ==================================================================
+operation                 rule
+========================  ==================================================================
+``get(key, start, end)``  ranged GET; never a whole-object download to read a few bytes
+``put(key, data)``        objects are written once, under names never used before
+``create(key, data)``     put-if-absent (``If-None-Match: *``).  True when *our* object is
+                          there: a 412 after a lost response or an SDK retry is recognised
+                          by reading the object back (its bytes hold the writer's token)
+``list(prefix)``          always from the server (fsspec's listing cache is bypassed)
+``delete(keys)``          tolerant of keys already gone
+========================  ==================================================================
+
+Transient failures (connection refused or reset, timeouts, 5xx, 409 conflicts of concurrent
+conditional writes) are retried with backoff until ``retry_timeout_s`` has passed, so a server
+that restarts in the middle of a publish delays it instead of failing it.
+
+Storage options (endpoint, credentials, region, anonymous access...) go to the fsspec
+filesystem unchanged, except pylog's own ``pylog.*`` keys; they are never logged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import random
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+from pylog.storage.errors import ConfigError, PylogError
+
+log = logging.getLogger("pylog.storage")
+
+T = TypeVar("T")
+
+PYLOG_OPTION_PREFIX = "pylog."
+PYLOG_OPTIONS = {
+    "pylog.retry_timeout_s": "how long transient failures (server down, timeouts) are retried (60)",
+    "pylog.file_delete_delay_ms": "grace period before superseded objects are deleted (60000)",
+    "pylog.read_ahead_bytes": "largest read-ahead of a sequential scan of one object (8388608)",
+}
+_SECRET_WORDS = ("secret", "key", "token", "password", "credential", "session")
+
+
+class ObjectStoreError(PylogError):
+    """An object-store operation failed, naming the URL (never the credentials)."""
+
+
+class ConditionalWritesUnsupportedError(ObjectStoreError):
+    """The target does not honour put-if-absent: writing could lose data, so pylog refuses."""
+
+
+def redact(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Storage options safe to print: values of credential-like keys are masked."""
+    return {k: ("***" if any(w in k.lower() for w in _SECRET_WORDS) else v) for k, v in options.items()}
+
+
+def _coerce(value: Any) -> Any:
+    if isinstance(value, str):
+        low = value.strip().lower()
+        if low in ("true", "false"):
+            return low == "true"
+        if low in ("none", "null"):
+            return None
+    return value
+
+
+def split_options(options: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, str]]:
+    """fsspec keyword arguments and pylog's own settings from storage options.
+
+    String values "true"/"false" become booleans; dotted keys (``client_kwargs.region_name``)
+    become nested dicts, so every option can be given as a Spark option string."""
+    fs_kwargs: dict[str, Any] = {}
+    own: dict[str, str] = {}
+    for k, v in (options or {}).items():
+        if not isinstance(k, str) or not k:
+            raise ConfigError(f"storage option names must be non-empty strings, got {k!r}")
+        if k.startswith(PYLOG_OPTION_PREFIX):
+            if k not in PYLOG_OPTIONS:
+                raise ConfigError(
+                    f"unknown storage option {k!r}; pylog's own are: {', '.join(sorted(PYLOG_OPTIONS))}"
+                )
+            own[k] = str(v)
+            continue
+        parts = k.split(".")
+        node = fs_kwargs
+        for part in parts[:-1]:
+            nxt = node.setdefault(part, {})
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"storage option {k!r} conflicts with {part!r}")
+            node = nxt
+        node[parts[-1]] = _coerce(v)
+    return fs_kwargs, own
+
+
+def _own_number(own: Mapping[str, str], key: str, default: float) -> float:
+    text = own.get(key)
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"storage option {key}: {text!r} is not a number") from None
+    if value < 0:
+        raise ConfigError(f"storage option {key}: must be >= 0, got {text!r}")
+    return value
+
+
+_PERMANENT = (
+    FileNotFoundError,
+    FileExistsError,
+    PermissionError,
+    IsADirectoryError,
+    NotADirectoryError,
+    ValueError,
+    TypeError,
+    KeyError,
+)
+
+
+def _is_transient(e: BaseException) -> bool:
+    if isinstance(e, _PERMANENT):
+        return False
+    if isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EPERM, errno.ENOENT):
+        return False
+    text = f"{type(e).__name__} {e}"
+    if "ConditionalRequestConflict" in text or "409" in text:
+        return True
+    if isinstance(e, (ConnectionError, TimeoutError, OSError)):
+        return True
+    return any(
+        w in text
+        for w in (
+            "EndpointConnectionError",
+            "ConnectionClosed",
+            "ReadTimeout",
+            "ConnectTimeout",
+            "ServiceUnavailable",
+            "SlowDown",
+            "InternalError",
+            "ClientConnector",
+        )
+    )
+
+
+class RequestCounter:
+    """Counts requests by kind (benchmarks and tests)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def add(self, kind: str, n: int = 1) -> None:
+        with self._lock:
+            self.counts[kind] = self.counts.get(kind, 0) + n
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+class _BlockCache:
+    """Whole small immutable objects (indexes, segments just read), LRU, bounded in bytes.
+    Objects are never modified, so a cached copy is never stale."""
+
+    def __init__(self, max_bytes: int = 64 << 20):
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[tuple[str, str], bytes] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, k: tuple[str, str]) -> bytes | None:
+        with self._lock:
+            v = self._items.get(k)
+            if v is not None:
+                self._items.move_to_end(k)
+            return v
+
+    def put(self, k: tuple[str, str], v: bytes) -> None:
+        if len(v) > self.max_bytes // 8:
+            return
+        with self._lock:
+            if k in self._items:
+                return
+            self._items[k] = v
+            self._bytes += len(v)
+            while self._bytes > self.max_bytes:
+                _, old = self._items.popitem(last=False)
+                self._bytes -= len(old)
+
+
+_CACHE = _BlockCache()
+_PROBED: set[str] = set()
+_PROBE_LOCK = threading.Lock()
+
+
+class ObjectStore:
+    """Objects under one base URL, addressed by keys relative to it."""
+
+    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None):
+        import fsspec
+
+        fs_kwargs, own = split_options(storage_options)
+        self.url = url.rstrip("/")
+        self.retry_timeout_s = _own_number(own, "pylog.retry_timeout_s", 60.0)
+        self.file_delete_delay_ms = int(_own_number(own, "pylog.file_delete_delay_ms", 60_000))
+        self.read_ahead_bytes = int(_own_number(own, "pylog.read_ahead_bytes", 8 << 20))
+        fs_kwargs.setdefault("use_listings_cache", False)  # coordination must never see a stale listing
+        try:
+            self.fs, base = fsspec.core.url_to_fs(self.url, **fs_kwargs)
+        except (ImportError, ValueError, TypeError) as e:
+            raise ConfigError(
+                f"{self.url}: cannot open this storage ({e}); storage options given: "
+                f"{sorted(redact(storage_options or {}))}"
+            ) from e
+        self.base = base.rstrip("/")
+        self.protocol = self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
+        self.requests = RequestCounter()
+        self.step_hook: Callable[[str], None] | None = None
+
+    def __repr__(self) -> str:
+        return f"ObjectStore({self.url!r})"
+
+    def path(self, key: str) -> str:
+        return f"{self.base}/{key}" if key else self.base
+
+    # ------------------------------------------------------------------ retries
+
+    def _retry(self, what: str, key: str, fn: Callable[[], T]) -> T:
+        deadline = time.monotonic() + self.retry_timeout_s
+        delay = 0.05
+        while True:
+            try:
+                return fn()
+            except Exception as e:
+                if not _is_transient(e) or time.monotonic() + delay > deadline:
+                    if isinstance(e, _PERMANENT):
+                        raise
+                    raise ObjectStoreError(f"{self.url}/{key}: {what} failed: {type(e).__name__}: {e}") from e
+                log.info("%s/%s: %s failed (%s); retrying in %.2fs", self.url, key, what, e, delay)
+                time.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 2.0)
+
+    # ------------------------------------------------------------------ operations
+
+    def get(self, key: str, start: int | None = None, end: int | None = None) -> bytes:
+        """Bytes ``[start, end)`` of an object (one ranged GET)."""
+        self.requests.add("get")
+        p = self.path(key)
+        if start is None and end is None and self.protocol in ("s3", "s3a"):
+            # one GET (s3fs would HEAD first to split a whole-object read into parallel ranges)
+            def fetch() -> bytes:
+                return bytes(self.fs.cat_file(p, max_concurrency=1))
+        else:
+            def fetch() -> bytes:
+                return bytes(self.fs.cat_file(p, start=start, end=end))
+        try:
+            data = self._retry("read", key, fetch)
+        except FileNotFoundError as e:
+            raise FileNotFoundError(f"{self.url}/{key}: no such object") from e
+        return bytes(data)
+
+    def get_cached(self, key: str, size: int) -> bytes:
+        """A whole (small, immutable) object, through the process-wide cache."""
+        ck = (self.url, key)
+        data = _CACHE.get(ck)
+        if data is None:
+            data = self.get(key) if size else b""
+            _CACHE.put(ck, data)
+        return data
+
+    def put(self, key: str, data: bytes) -> None:
+        self.requests.add("put")
+        self._retry("write", key, lambda: self.fs.pipe_file(self.path(key), bytes(data)))
+
+    def put_many(self, items: Iterable[tuple[str, bytes]]) -> None:
+        """Upload several objects concurrently (fsspec batches them)."""
+        batch = {self.path(k): bytes(v) for k, v in items}
+        if not batch:
+            return
+        self.requests.add("put", len(batch))
+        self._retry("write", next(iter(batch)), lambda: self.fs.pipe(batch))
+
+    def _create_once(self, key: str, data: bytes) -> None:
+        p = self.path(key)
+        if self.protocol in ("s3", "s3a"):
+            self.fs.pipe_file(p, data, mode="create")
+        else:  # generic fsspec: exclusive open ("x" mode); the probe proves it is honoured
+            with self.fs.open(p, "xb") as f:
+                f.write(data)
+
+    def create(self, key: str, data: bytes) -> bool:
+        """Put-if-absent.  True if the object now holds ``data`` (created by this call, even
+        when the response was lost and a retry saw 412), False if another writer's object is
+        there."""
+        deadline = time.monotonic() + self.retry_timeout_s
+        delay = 0.05
+        while True:
+            self.requests.add("create")
+            try:
+                self._create_once(key, data)
+                if self.step_hook is not None:
+                    self.step_hook("created")
+                return True
+            except FileExistsError:
+                pass
+            except Exception as e:
+                if not _is_transient(e) or time.monotonic() + delay > deadline:
+                    raise ObjectStoreError(
+                        f"{self.url}/{key}: conditional create failed: {type(e).__name__}: {e}"
+                    ) from e
+                log.info("%s/%s: conditional create failed (%s); checking, then retrying", self.url, key, e)
+                time.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 2.0)
+            # 412 (or an ambiguous failure): is the object there, and is it ours?
+            try:
+                existing = self.get(key)
+            except FileNotFoundError:
+                continue  # it did not land: try again
+            return existing == data
+
+    def list(self, prefix: str) -> dict[str, tuple[int, float]]:
+        """Keys under ``prefix`` (recursively) with (size, modification time), from the server."""
+        self.requests.add("list")
+        p = self.path(prefix).rstrip("/")
+
+        def find() -> dict[str, Any]:
+            if self.protocol in ("s3", "s3a"):
+                return self._list_s3(p)
+            self.fs.invalidate_cache(p)
+            try:
+                return dict(self.fs.find(p, detail=True, withdirs=False))
+            except FileNotFoundError:
+                return {}
+
+        found = self._retry("list", prefix, find)
+        out: dict[str, tuple[int, float]] = {}
+        for path, info in found.items():
+            if info.get("type") == "directory":
+                continue
+            mtime = info.get("LastModified") or info.get("mtime") or info.get("created") or 0
+            if hasattr(mtime, "timestamp"):
+                mtime = mtime.timestamp()
+            out[_relative(path, self.base)] = (int(info.get("size") or 0), float(mtime))
+        return out
+
+    def _list_s3(self, p: str) -> dict[str, Any]:
+        """ListObjectsV2 pages straight from the server (s3fs's ``find`` adds a HEAD and a second
+        listing when a prefix is empty)."""
+        bucket, key, _ = self.fs.split_path(p)
+        prefix = f"{key}/" if key else ""
+        out: dict[str, Any] = {}
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
+        while True:
+            resp = self.fs.call_s3("list_objects_v2", **kwargs)
+            for o in resp.get("Contents", []):
+                out[f"{bucket}/{o['Key']}"] = {"size": o["Size"], "LastModified": o["LastModified"]}
+            if not resp.get("IsTruncated"):
+                return out
+            self.requests.add("list")
+            kwargs["ContinuationToken"] = resp["NextContinuationToken"]
+
+    def delete(self, keys: Iterable[str]) -> None:
+        paths = [self.path(k) for k in keys]
+        if not paths:
+            return
+        self.requests.add("delete", len(paths))
+
+        def rm() -> None:
+            try:
+                self.fs.rm(paths)
+            except FileNotFoundError:
+                for p in paths:  # some were gone already: delete the rest one by one
+                    with contextlib.suppress(FileNotFoundError):
+                        self.fs.rm_file(p)
+
+        self._retry("delete", paths[0], rm)
+
+    # ------------------------------------------------------------------ probe
+
+    def probe(self) -> None:
+        """Prove that the target honours put-if-absent (a second create of one key must fail),
+        once per process and URL; raise :class:`ConditionalWritesUnsupportedError` otherwise."""
+        with _PROBE_LOCK:
+            if self.url in _PROBED:
+                return
+        key = f"_pylog/probe/{uuid.uuid4().hex}"
+        try:
+            first = self.create(key, b"first")
+            second = self.create(key, b"second")
+        finally:
+            try:
+                self.delete([key])
+            except Exception:
+                log.info("%s/%s: could not delete the probe object", self.url, key)
+        if not first or second:
+            raise ConditionalWritesUnsupportedError(
+                f"{self.url}: this storage does not honour conditional creates (If-None-Match: *): a second "
+                "create of the same object succeeded, so concurrent writers could overwrite each other's "
+                "commits. pylog refuses to write here; use a store with conditional writes (AWS S3, or a "
+                "compatible server that implements them) or a local path"
+            )
+        with _PROBE_LOCK:
+            _PROBED.add(self.url)
+
+
+def _relative(path: str, base: str) -> str:
+    path = path.strip("/")
+    base = base.strip("/")
+    if base and path.startswith(base + "/"):
+        return path[len(base) + 1 :]
+    return path
+
+
+def is_object_url(path: str) -> bool:
+    """True for fsspec URLs that are not local files (``s3://``, ``gs://``, ``memory://``...)."""
+    return "://" in path and not path.startswith("file://")
+
+
+__all__ = [
+    "ConditionalWritesUnsupportedError",
+    "ObjectStore",
+    "ObjectStoreError",
+    "RequestCounter",
+    "is_object_url",
+    "redact",
+    "split_options",
+]
