@@ -1,0 +1,302 @@
+"""Object-store faults (TESTING.md §4, checklist G45-G48, H49) against a real S3 server.
+
+Every test runs against moto's S3 server on 127.0.0.1 (tests/conftest.py); faults are real:
+the server is stopped and restarted, writers race from threads with their own clients, a
+conditional create lands but its response is lost, a writer dies at each step of a commit."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from pylog.storage import publish as pub
+from pylog.storage.maintenance import maintain
+from pylog.storage.manager import Root
+from pylog.storage.objectfs import MANIFESTS, ObjectStorage
+from tests.conftest import BUCKET, Backend
+
+
+class Crash(BaseException):
+    """The writer process dies here (nothing after this point of the commit runs)."""
+
+
+def values(root: Root, topic: str = "t") -> list[bytes]:
+    return root.read_table(topic).column("value").to_pylist()
+
+
+def offsets_ok(root: Root, topic: str = "t") -> None:
+    t = root.read_table(topic)
+    for p in range(root.partitions(topic)):
+        offs = [
+            o for o, q in zip(t.column("offset").to_pylist(), t.column("partition").to_pylist()) if q == p
+        ]
+        assert offs == list(range(offs[0], offs[0] + len(offs))) if offs else True
+
+
+def manifests(backend: Backend) -> list[str]:
+    assert backend.server is not None
+    fs = backend.server.filesystem()
+    prefix = backend.url[len("s3://") :] + "/" + MANIFESTS
+    return sorted(p.rsplit("/", 1)[1] for p in fs.find(prefix))
+
+
+def batch(tag: str, n: int) -> pa.Table:
+    return pa.table({"value": [f"{tag}-{i}".encode() for i in range(n)]})
+
+
+# ------------------------------------------------------------------ G45 / H49: racing writers
+
+
+def test_two_writers_racing_on_one_partition_lose_nothing_and_duplicate_nothing(s3_backend: Backend) -> None:
+    with s3_backend.open() as r:
+        r.create_topic("t", 1)
+    errors: list[BaseException] = []
+    conflicts = Counter[str]()
+
+    def writer(name: str) -> None:
+        try:
+            root = s3_backend.open()
+            before = root.commits
+            for i in range(12):
+                root.append("t", batch(f"{name}{i}", 5), partition=0)
+            conflicts[name] = root.commits - before
+            root.close()
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in ("a", "b")]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(120)
+    assert not errors, errors
+    with s3_backend.open(read_only=True) as r:
+        got = values(r)
+        expected = {f"{w}{i}-{j}".encode() for w in "ab" for i in range(12) for j in range(5)}
+        assert len(got) == len(expected) == 120 and set(got) == expected  # all of both, none twice
+        assert r.read_table("t").column("offset").to_pylist() == list(range(120))
+        for w in "ab":  # each writer's appends keep their order
+            mine = [v for v in got if v.startswith(w.encode())]
+            assert mine == [f"{w}{i}-{j}".encode() for i in range(12) for j in range(5)]
+    # every append was one manifest: 1 (create) + 24, whatever the retries
+    assert len(manifests(s3_backend)) == 25
+
+
+def test_a_stale_writer_cannot_overwrite_a_newer_commit(s3_backend: Backend) -> None:
+    a = s3_backend.open()
+    a.create_topic("t", 1)
+    b = s3_backend.open()  # opened at the same manifest as a
+    b.append("t", batch("b", 3))
+    a.append("t", batch("a", 3))  # a's snapshot is stale: its commit must not replace b's
+    with s3_backend.open(read_only=True) as r:
+        assert values(r) == [b"b-0", b"b-1", b"b-2", b"a-0", b"a-1", b"a-2"]
+    a.close()
+    b.close()
+
+
+def test_put_if_absent_holds_for_small_and_multipart_objects(s3_backend: Backend) -> None:
+    """The guarantee the commit protocol rests on, on the s3fs and moto versions installed."""
+    assert s3_backend.server is not None
+    fs = s3_backend.server.filesystem()
+    for size, chunk in ((10, 50 << 20), (11 << 20, 5 << 20)):  # one PUT; a multipart upload
+        path = f"{BUCKET}/probe-{uuid.uuid4().hex}"
+        fs.pipe_file(path, b"x" * size, mode="create", chunksize=chunk)
+        with pytest.raises(FileExistsError):
+            fs.pipe_file(path, b"y" * size, mode="create", chunksize=chunk)
+        assert fs.cat_file(path)[:1] == b"x"
+
+
+# ------------------------------------------------------------------ G46: lost response
+
+
+def test_lost_response_after_a_successful_conditional_create_is_our_commit(s3_backend: Backend) -> None:
+    root = s3_backend.open()
+    root.create_topic("t", 1)
+    store = root.storage.store  # type: ignore[attr-defined]
+    real = store._create_once
+    lost = []
+
+    def create_then_lose_the_response(key: str, data: bytes) -> None:
+        real(key, data)
+        if key.startswith(MANIFESTS) and not lost:
+            lost.append(key)
+            raise ConnectionResetError("connection reset by peer (response lost)")
+
+    store._create_once = create_then_lose_the_response
+    before = len(manifests(s3_backend))
+    root.append("t", batch("x", 4))
+    assert lost  # the response of the create was lost; the retry saw 412 and read our token back
+    assert len(manifests(s3_backend)) == before + 1  # not reported as a lost race: no second commit
+    with s3_backend.open(read_only=True) as r:
+        assert values(r) == [b"x-0", b"x-1", b"x-2", b"x-3"]
+    root.close()
+
+
+# ------------------------------------------------------------------ server down mid-operation
+
+
+def _restart_later(backend: Backend, delay: float) -> threading.Thread:
+    assert backend.server is not None
+    server = backend.server
+    server.stop()
+    th = threading.Thread(target=lambda: (time.sleep(delay), server.start()))
+    th.start()
+    return th
+
+
+@pytest.mark.parametrize("step", ["before-upload", "uploaded"])
+def test_server_restarted_in_the_middle_of_a_publish(s3_backend: Backend, step: str) -> None:
+    opts = {**s3_backend.options, "pylog.retry_timeout_s": "60"}
+    root = Backend("s3", s3_backend.url, opts, s3_backend.server).open()
+    root.create_topic("t", 2)
+    root.append("t", batch("before", 3), partition=0)
+    restarts: list[threading.Thread] = []
+
+    def hook(name: str) -> None:
+        if name == step and not restarts:
+            restarts.append(_restart_later(s3_backend, 1.5))
+
+    assert isinstance(root.storage, ObjectStorage)
+    root.storage.step_hook = hook
+    staged = _stage(root, "sink", 0, {0: batch("s0", 3), 1: batch("s1", 2)})
+    out = root.publish("sink", 0, staged)
+    restarts[0].join()
+    assert out is not None and sum(i.num_records for i in out.values()) == 5
+    with s3_backend.open(read_only=True) as r:
+        assert sorted(values(r)) == sorted(
+            [b"before-0", b"before-1", b"before-2", b"s0-0", b"s0-1", b"s0-2", b"s1-0", b"s1-1"]
+        )
+        assert r.last_committed_batch("sink") == 0
+    assert root.publish("sink", 0, staged) is None  # a replay after the retry: skipped
+    root.close()
+
+
+def test_server_restarted_in_the_middle_of_a_compaction(s3_backend: Backend) -> None:
+    root = s3_backend.open()
+    root.create_topic("t", 1, {"cleanup.policy": "compact", "segment.bytes": "1048576"})
+    for i in range(12):
+        root.append("t", pa.table({"key": [b"k%d" % (j % 4) for j in range(8)], "value": [b"v%d" % i] * 8}))
+    restarts: list[threading.Thread] = []
+
+    def hook(name: str) -> None:
+        if name == "uploaded" and not restarts:
+            restarts.append(_restart_later(s3_backend, 1.5))
+
+    assert isinstance(root.storage, ObjectStorage)
+    root.storage.step_hook = hook
+    now = int(time.time() * 1000) + 10**9
+    report = maintain(root, now=now, force=True)
+    restarts[0].join()
+    assert report.records_removed > 0
+    with s3_backend.open(read_only=True) as r:
+        t = r.read_table("t")
+        latest = dict(zip(t.column("key").to_pylist(), t.column("value").to_pylist(), strict=True))
+        assert latest == {b"k%d" % j: b"v11" for j in range(4)}
+        assert len(r.log("t", 0).segments) < 12  # merged and cleaned
+    root.close()
+
+
+# ------------------------------------------------------------------ G47: crash at each commit step
+
+
+def _stage(root: Root, sink: str, batch_id: int, parts: dict[int, pa.Table], attempt: int = 0) -> list[Any]:
+    """What a Spark task does: encode and write staged objects (outside the published state)."""
+    from pylog.storage import records
+    from pylog.storage.manager import partition_dir
+
+    staged = []
+    for p, table in parts.items():
+        name = pub.stage_name(sink, batch_id, 0, attempt)
+        enc = records.encode(table.column("value").combine_chunks())
+        f = root.storage.open_append(f"{partition_dir('t', p)}/{name}")
+        f.write(enc.buffer.data)
+        f.close()
+        staged.append(pub.StagedFile("t", p, name))
+    return staged
+
+
+@pytest.mark.parametrize("step", ["before-upload", "uploaded", "manifest-created", "committed"])
+def test_writer_killed_at_each_step_of_a_commit(s3_backend: Backend, step: str) -> None:
+    root = s3_backend.open()
+    root.create_topic("t", 2)
+    root.append("t", batch("old", 4), partition=1)
+    staged = _stage(root, "q", 7, {0: batch("new", 3), 1: batch("new1", 2)})
+
+    def hook(name: str) -> None:
+        if name == step:
+            raise Crash(name)
+
+    assert isinstance(root.storage, ObjectStorage)
+    root.storage.step_hook = hook
+    with pytest.raises(Crash):
+        root.publish("q", 7, staged)
+    # the process is gone: a new one opens the root
+    visible = step in ("manifest-created", "committed")
+    with s3_backend.open(read_only=True) as r:
+        got = sorted(values(r))
+        old = [b"old-0", b"old-1", b"old-2", b"old-3"]
+        new = [b"new-0", b"new-1", b"new-2", b"new1-0", b"new1-1"]
+        assert got == sorted(old + new if visible else old)  # the previous or the next state
+        assert r.last_committed_batch("q") == (7 if visible else -1)
+        offsets_ok(r)
+    again = s3_backend.open()
+    out = again.publish("q", 7, staged)  # Spark retries the commit of the batch
+    assert (out is None) == visible
+    with s3_backend.open(read_only=True) as r:
+        assert sorted(values(r)) == sorted(old + new)  # exactly once either way
+        assert r.last_committed_batch("q") == 7
+    # nothing the dead writer left behind survives a sweep, and nothing referenced goes
+    n = again.sweep_orphans(now_ms=int(time.time() * 1000) + 10**9)
+    assert n >= (1 if step == "uploaded" else 0)
+    assert not [k for k in _keys(s3_backend) if "/.pylog-stage." in k]  # staged objects swept
+    with s3_backend.open(read_only=True) as r:
+        assert sorted(values(r)) == sorted(old + new)
+    again.close()
+
+
+def _keys(backend: Backend) -> list[str]:
+    assert backend.server is not None
+    return sorted(backend.server.filesystem().find(backend.url[len("s3://") :]))
+
+
+def test_staged_objects_of_failed_attempts_are_swept_by_the_commit(s3_backend: Backend) -> None:
+    root = s3_backend.open()
+    root.create_topic("t", 1)
+    _stage(root, "q", 3, {0: batch("lost-attempt", 2)}, attempt=0)  # a task attempt that failed
+    _stage(root, "q", 2, {0: batch("abandoned", 2)}, attempt=0)  # an aborted earlier batch
+    good = _stage(root, "q", 3, {0: batch("ok", 2)}, attempt=1)
+    assert len([k for k in _keys(s3_backend) if "/.pylog-stage." in k]) == 3
+    root.publish("q", 3, good)
+    assert [k for k in _keys(s3_backend) if "/.pylog-stage." in k] == []
+    with s3_backend.open(read_only=True) as r:
+        assert values(r) == [b"ok-0", b"ok-1"]
+    root.close()
+
+
+# ------------------------------------------------------------------ G48: stale listings
+
+
+def test_a_listing_cache_never_hides_a_newer_manifest(s3_backend: Backend) -> None:
+    cached = Backend(
+        "s3",
+        s3_backend.url,
+        {**s3_backend.options, "use_listings_cache": "true", "listings_expiry_time": "3600"},
+        s3_backend.server,
+    )
+    with s3_backend.open() as w:
+        w.create_topic("t", 1)
+        w.append("t", batch("a", 1))
+    reader = cached.open(read_only=True)
+    assert values(reader) == [b"a-0"]
+    with s3_backend.open() as w:
+        w.append("t", batch("b", 1))
+    assert values(reader) == [b"a-0"]  # a consistent snapshot, until refreshed
+    reader.refresh()
+    assert values(reader) == [b"a-0", b"b-0"]
+    assert values(cached.open(read_only=True)) == [b"a-0", b"b-0"]
