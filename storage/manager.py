@@ -64,6 +64,7 @@ def _mutation(fn: Callable[..., T]) -> Callable[..., T]:
 
     return run
 
+
 TIMESTAMP_TYPE = pa.timestamp("ms", tz="UTC")
 TABLE_SCHEMA = pa.schema(
     [

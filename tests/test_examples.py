@@ -38,6 +38,13 @@ EXPECTED: dict[str, list[str]] = {
         "(0 tombstones)",
         "OK: checked",
     ],
+    "duckdb_analytics.py": [
+        "appended 50,000 orders",
+        "records per partition (DuckDB over root.read_table):",
+        "12:00-13:00 UTC, read with start_timestamp/end_timestamp: 2,084 orders",
+        "streamed through DuckDB in 8 batches: 50,000 orders",
+        "OK: checked 20 answers against Python",
+    ],
     "kafka_interop.py": [
         "my-topic: 42 records, offsets 0..41",
         "test-88: 20 records, offsets 0..19",

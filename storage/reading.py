@@ -1,0 +1,249 @@
+"""Reading a topic without Spark: offset or time ranges, as one table or as streamed batches.
+
+The logic behind :meth:`Root.read_table <pylog.storage.manager.Root.read_table>`,
+:meth:`~pylog.storage.manager.Root.read_batches` and :meth:`~pylog.storage.manager.Root.to_pandas`.
+Rows have the columns of Spark's Kafka source (:data:`~pylog.storage.manager.TABLE_SCHEMA`).
+
+A range is resolved per partition into offsets ``[start, end)`` exactly as Spark's Kafka source
+resolves its options:
+
+* ``start_offset`` (default: the log start offset; an offset below it starts there, one above
+  the log end offset is an :class:`OffsetOutOfRangeError`) or ``start_timestamp``
+  (``startingTimestamp``): the earliest offset whose record timestamp is >= it (Kafka's
+  ListOffsets, through the time index); a partition with no such record reads nothing;
+* ``end_offset`` (default: the log end offset, exclusive) or ``end_timestamp``
+  (``endingTimestamp``): the earliest offset whose timestamp is >= it, exclusive; the log end
+  offset when there is none.
+
+Timestamps are milliseconds since the epoch, ``datetime`` (naive ones are UTC, like the
+``timestamp`` column) or ``numpy.datetime64``.  Kafka timestamps need not grow with offsets: a
+time range is a range of offsets, and may hold records whose own timestamps fall outside it.
+
+>>> from datetime import datetime, timezone
+>>> to_millis(datetime(2023, 11, 14, 22, 13, 20, tzinfo=timezone.utc), "start_timestamp")
+1700000000000
+>>> to_millis(1_700_000_000_000, "end_timestamp")
+1700000000000
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from pylog.storage.errors import ConfigError, OffsetOutOfRangeError
+from pylog.storage.log import DEFAULT_FETCH_BYTES, Log
+from pylog.storage.manager import TABLE_SCHEMA, kafka_columns
+
+if TYPE_CHECKING:
+    from pylog.storage.manager import Root
+
+TimestampLike = int | dt.datetime | np.datetime64
+"""Milliseconds since the epoch, a ``datetime`` (naive: UTC) or a ``numpy.datetime64``."""
+
+DEFAULT_MAX_RECORDS = 65_536
+"""Rows per batch of :func:`read_batches` unless told otherwise."""
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
+@dataclass(frozen=True)
+class PartitionRange:
+    """Offsets ``[start, end)`` of one partition to read."""
+
+    partition: int
+    start: int
+    end: int
+
+
+def to_millis(value: TimestampLike, name: str) -> int:
+    """``value`` as milliseconds since the epoch (``name`` is the argument, for the message)."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{name} must be milliseconds since the epoch or a datetime, got {value!r}")
+    if isinstance(value, int | np.integer):
+        ms = int(value)
+    elif isinstance(value, dt.datetime):
+        aware = value if value.tzinfo is not None else value.replace(tzinfo=dt.timezone.utc)
+        ms = (aware - _EPOCH) // dt.timedelta(milliseconds=1)
+    elif isinstance(value, np.datetime64):
+        if np.isnat(value):
+            raise ConfigError(f"{name} must be a time, got {value!r}")
+        ms = int(value.astype("datetime64[ms]").astype(np.int64))
+    else:
+        raise ConfigError(
+            f"{name} must be milliseconds since the epoch or a datetime, got {type(value).__name__} {value!r}"
+        )
+    if ms < 0:
+        # Kafka reserves negative targets (-1 latest, -2 earliest, -3 max timestamp)
+        raise ConfigError(f"{name} must not be before 1970-01-01 (milliseconds >= 0), got {value!r}")
+    return ms
+
+
+def _offset(value: Any, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ConfigError(f"{name} must be an integer offset, got {type(value).__name__} {value!r}")
+    return int(value)
+
+
+def _positive(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """A validated read range, before it is resolved against each partition's log."""
+
+    start_offset: int | None = None
+    end_offset: int | None = None
+    start_timestamp: int | None = None
+    end_timestamp: int | None = None
+
+    @classmethod
+    def of(
+        cls,
+        start_offset: Any = None,
+        end_offset: Any = None,
+        start_timestamp: Any = None,
+        end_timestamp: Any = None,
+    ) -> Bounds:
+        if start_offset is not None and start_timestamp is not None:
+            raise ConfigError("give start_offset or start_timestamp, not both")
+        if end_offset is not None and end_timestamp is not None:
+            raise ConfigError("give end_offset or end_timestamp, not both")
+        so, eo = _offset(start_offset, "start_offset"), _offset(end_offset, "end_offset")
+        if so is not None and eo is not None and eo < so:
+            raise ConfigError(f"end_offset {eo} is before start_offset {so}")
+        st = None if start_timestamp is None else to_millis(start_timestamp, "start_timestamp")
+        et = None if end_timestamp is None else to_millis(end_timestamp, "end_timestamp")
+        if st is not None and et is not None and et < st:
+            raise ConfigError(f"end_timestamp {et} is before start_timestamp {st}")
+        return cls(so, eo, st, et)
+
+    def resolve(self, lg: Log, partition: int) -> PartitionRange:
+        """The offsets of ``lg`` this range covers (end capped at the log end offset)."""
+        leo = lg.log_end_offset
+        if self.start_timestamp is not None:
+            start = _offset_for_time(lg, self.start_timestamp, leo)
+        elif self.start_offset is None:
+            start = lg.log_start_offset
+        else:
+            start = max(self.start_offset, lg.log_start_offset)
+            if start > leo:
+                raise OffsetOutOfRangeError(
+                    f"{lg.directory}: start_offset {self.start_offset} is out of range "
+                    f"[{lg.log_start_offset}, {leo}] (beyond the log end offset)"
+                )
+        if self.end_timestamp is not None:
+            end = _offset_for_time(lg, self.end_timestamp, leo)
+        else:
+            end = leo if self.end_offset is None else min(self.end_offset, leo)
+        return PartitionRange(partition, start, max(start, end))
+
+
+def _offset_for_time(lg: Log, ms: int, leo: int) -> int:
+    """The earliest offset with a timestamp >= ``ms`` (Kafka's ListOffsets), else the log end."""
+    found = lg.offset_for_timestamp(ms)
+    return leo if found is None else max(lg.log_start_offset, min(found.offset, leo))
+
+
+def resolve(root: Root, topic: str, partitions: Sequence[int] | None, bounds: Bounds) -> list[PartitionRange]:
+    """The offset range of each partition of ``topic`` to read (all partitions when None)."""
+    parts = range(root.partitions(topic)) if partitions is None else partitions
+    if isinstance(parts, int | np.integer):
+        raise ConfigError(f"partitions must be a sequence of partition numbers, got {parts!r}")
+    out = []
+    for p in parts:
+        if isinstance(p, bool) or not isinstance(p, int | np.integer):
+            raise ConfigError(f"partition numbers must be integers, got {type(p).__name__} {p!r}")
+        out.append(bounds.resolve(root.log(topic, int(p)), int(p)))
+    return out
+
+
+def read_table(
+    root: Root,
+    topic: str,
+    partitions: Sequence[int] | None = None,
+    *,
+    start_offset: int | None = None,
+    end_offset: int | None = None,
+    start_timestamp: TimestampLike | None = None,
+    end_timestamp: TimestampLike | None = None,
+    include_headers: bool = True,
+) -> pa.Table:
+    """The records of the range as one table (see :meth:`Root.read_table`)."""
+    bounds = Bounds.of(start_offset, end_offset, start_timestamp, end_timestamp)
+    tables = []
+    for r in resolve(root, topic, partitions, bounds):
+        lg = root.log(topic, r.partition)
+        tables.append(kafka_columns(lg.read_table(r.start, r.end), topic, r.partition))
+    table = pa.concat_tables(tables) if tables else TABLE_SCHEMA.empty_table()
+    return table if include_headers else table.drop_columns(["headers"])
+
+
+def read_batches(
+    root: Root,
+    topic: str,
+    partitions: Sequence[int] | None = None,
+    *,
+    start_offset: int | None = None,
+    end_offset: int | None = None,
+    start_timestamp: TimestampLike | None = None,
+    end_timestamp: TimestampLike | None = None,
+    max_records: int = DEFAULT_MAX_RECORDS,
+    max_bytes: int = DEFAULT_FETCH_BYTES,
+    include_headers: bool = True,
+) -> Iterator[pa.RecordBatch]:
+    """The records of the range as record batches of at most ``max_records`` rows, partition
+    after partition in offset order; the log is read ``max_bytes`` (of stored, possibly
+    compressed, batches; at least one whole batch) at a time.
+
+    Arguments are checked and every partition's range resolved when this is called (the end
+    is the log end offset *then*: records appended while iterating are not read); the data is
+    read as the batches are consumed."""
+    bounds = Bounds.of(start_offset, end_offset, start_timestamp, end_timestamp)
+    max_records = _positive(max_records, "max_records")
+    max_bytes = _positive(max_bytes, "max_bytes")
+    ranges = resolve(root, topic, partitions, bounds)
+    return _batches(root, topic, ranges, max_records, max_bytes, include_headers)
+
+
+def _batches(
+    root: Root,
+    topic: str,
+    ranges: list[PartitionRange],
+    max_records: int,
+    max_bytes: int,
+    include_headers: bool,
+) -> Iterator[pa.RecordBatch]:
+    for r in ranges:
+        if r.end <= r.start:
+            continue
+        lg = root.log(topic, r.partition)
+        for rs in lg.iter_record_sets(r.start, r.end, max_bytes=max_bytes):
+            t = rs.data_records()
+            off = t.column("offset").to_numpy()
+            keep = (off >= r.start) & (off < r.end)
+            if not keep.all():
+                t = t.filter(pa.array(keep))
+            if t.num_rows == 0:
+                continue
+            table = kafka_columns(t, topic, r.partition)
+            if not include_headers:
+                table = table.drop_columns(["headers"])
+            for batch in table.to_batches(max_chunksize=max_records):
+                if batch.num_rows:
+                    yield batch
+
+
+def to_pandas(root: Root, topic: str, partitions: Sequence[int] | None = None, **kwargs: Any) -> Any:
+    """:func:`read_table` as a ``pandas.DataFrame`` (needs pandas)."""
+    return read_table(root, topic, partitions, **kwargs).to_pandas()
