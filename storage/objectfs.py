@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import json
 import logging
 import threading
@@ -58,12 +59,21 @@ WHOLE_OBJECT_MAX = 1 << 20
 FIRST_READ = 256 << 10
 
 
+_NEWEST: dict[str, tuple[int, str, dict[str, Any]]] = {}
+"""Per URL, the newest manifest this process has read or written: number, ETag, document."""
+
+
 class CommitConflictError(PylogError):
     """Another writer published the manifest this commit wanted to create."""
 
 
 def manifest_key(number: int) -> str:
     return f"{MANIFESTS}{number:020d}.json"
+
+
+def _manifest_number(key: str) -> int | None:
+    num = key[len(MANIFESTS) : -len(".json")]
+    return int(num) if key.startswith(MANIFESTS) and key.endswith(".json") and num.isdigit() else None
 
 
 def _is_direct(path: str) -> bool:
@@ -199,13 +209,27 @@ class ObjectStorage(Storage):
             self._load(doc)
 
     def _newest(self) -> dict[str, Any] | None:
+        """The newest manifest.  Manifests are immutable and numbered without gaps, so once this
+        process knows manifest N, one LIST of the keys from N on tells whether N is still the
+        newest (same ETag: a root deleted and created again is never mistaken for the old one)
+        and a GET is needed only for a manifest it has not read yet."""
+        known = _NEWEST.get(self.store.url)
+        if known is not None and known[1]:
+            listing = self.store.list(MANIFESTS, start_after=manifest_key(known[0] - 1))
+            newest = max((k for k in listing if _manifest_number(k) is not None), default=None)
+            if newest == manifest_key(known[0]) and listing[newest][2] == known[1]:
+                return known[2]
+            if newest is not None and newest > manifest_key(known[0]):
+                try:
+                    doc = self._parse(self.store.get(newest), newest)
+                except FileNotFoundError:
+                    doc = None  # superseded and deleted meanwhile: a full listing below
+                if doc is not None:
+                    _NEWEST[self.store.url] = (int(doc["number"]), listing[newest][2], doc)
+                    return doc
         for _ in range(5):
             listing = self.store.list(MANIFESTS)
-            numbers = sorted(
-                int(k[len(MANIFESTS) : -5])
-                for k in listing
-                if k.endswith(".json") and k[len(MANIFESTS) : -5].isdigit()
-            )
+            numbers = sorted(n for k in listing if (n := _manifest_number(k)) is not None)
             if not numbers:
                 return None
             key = manifest_key(numbers[-1])
@@ -213,7 +237,9 @@ class ObjectStorage(Storage):
                 raw = self.store.get(key)
             except FileNotFoundError:
                 continue  # superseded and deleted since the listing: list again
-            return self._parse(raw, key)
+            doc = self._parse(raw, key)
+            _NEWEST[self.store.url] = (numbers[-1], listing[key][2], doc)
+            return doc
         raise StorageError(
             f"{self.store.url}: the newest manifest keeps disappearing; is a sweeper misconfigured?"
         )
@@ -348,6 +374,8 @@ class ObjectStorage(Storage):
                 f"{self.store.url}: manifest {n} was created by another writer meanwhile"
             )
         self._step("manifest-created")
+        # S3's ETag of a single PUT is the MD5 of its bytes: the next resolve needs no GET
+        _NEWEST[self.store.url] = (n, f'"{hashlib.md5(raw).hexdigest()}"', doc)
         for key, data in uploads:  # what we just wrote is what readers of this process ask for next
             if len(data) <= WHOLE_OBJECT_MAX:
                 from pylog.storage.objectstore import _CACHE
@@ -384,7 +412,7 @@ class ObjectStorage(Storage):
             referenced.add(manifest_key(self.number))
             newest = self.number
         doomed = []
-        for key, (_, mtime) in self.store.list("").items():
+        for key, (_, mtime, _) in self.store.list("").items():
             if key in referenced or key.startswith(DIRECT) or now - mtime < delay:
                 continue
             if key.startswith(MANIFESTS):
@@ -399,7 +427,7 @@ class ObjectStorage(Storage):
 
     def _direct_listing(self) -> dict[str, int]:
         if self._direct is None:
-            self._direct = {k[len(DIRECT) :]: size for k, (size, _) in self.store.list(DIRECT).items()}
+            self._direct = {k[len(DIRECT) :]: size for k, (size, _, _) in self.store.list(DIRECT).items()}
         return self._direct
 
     # ------------------------------------------------------------------ Storage

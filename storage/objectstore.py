@@ -328,14 +328,15 @@ class ObjectStore:
                 continue  # it did not land: try again
             return existing == data
 
-    def list(self, prefix: str) -> dict[str, tuple[int, float]]:
-        """Keys under ``prefix`` (recursively) with (size, modification time), from the server."""
+    def list(self, prefix: str, start_after: str | None = None) -> dict[str, tuple[int, float, str]]:
+        """Keys under ``prefix`` (recursively) with (size, modification time, etag), from the
+        server; with ``start_after``, only keys sorting after that key."""
         self.requests.add("list")
         p = self.path(prefix).rstrip("/")
 
         def find() -> dict[str, Any]:
             if self.protocol in ("s3", "s3a"):
-                return self._list_s3(p)
+                return self._list_s3(p, None if start_after is None else self.path(start_after))
             self.fs.invalidate_cache(p)
             try:
                 return dict(self.fs.find(p, detail=True, withdirs=False))
@@ -343,27 +344,37 @@ class ObjectStore:
                 return {}
 
         found = self._retry("list", prefix, find)
-        out: dict[str, tuple[int, float]] = {}
+        out: dict[str, tuple[int, float, str]] = {}
         for path, info in found.items():
             if info.get("type") == "directory":
                 continue
             mtime = info.get("LastModified") or info.get("mtime") or info.get("created") or 0
             if hasattr(mtime, "timestamp"):
                 mtime = mtime.timestamp()
-            out[_relative(path, self.base)] = (int(info.get("size") or 0), float(mtime))
+            key = _relative(path, self.base)
+            if start_after is not None and key <= start_after:
+                continue
+            etag = str(info.get("ETag") or info.get("etag") or "")
+            out[key] = (int(info.get("size") or 0), float(mtime), etag)
         return out
 
-    def _list_s3(self, p: str) -> dict[str, Any]:
+    def _list_s3(self, p: str, start_after: str | None = None) -> dict[str, Any]:
         """ListObjectsV2 pages straight from the server (s3fs's ``find`` adds a HEAD and a second
         listing when a prefix is empty)."""
         bucket, key, _ = self.fs.split_path(p)
         prefix = f"{key}/" if key else ""
         out: dict[str, Any] = {}
         kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
+        if start_after is not None:
+            kwargs["StartAfter"] = self.fs.split_path(start_after)[1]
         while True:
             resp = self.fs.call_s3("list_objects_v2", **kwargs)
             for o in resp.get("Contents", []):
-                out[f"{bucket}/{o['Key']}"] = {"size": o["Size"], "LastModified": o["LastModified"]}
+                out[f"{bucket}/{o['Key']}"] = {
+                    "size": o["Size"],
+                    "LastModified": o["LastModified"],
+                    "ETag": o.get("ETag", ""),
+                }
             if not resp.get("IsTruncated"):
                 return out
             self.requests.add("list")
@@ -373,7 +384,7 @@ class ObjectStore:
         paths = [self.path(k) for k in keys]
         if not paths:
             return
-        self.requests.add("delete", len(paths))
+        self.requests.add("delete", (len(paths) + 999) // 1000)  # DeleteObjects: 1000 keys a request
 
         def rm() -> None:
             try:
