@@ -203,7 +203,8 @@ def main() -> None:
     print(f"{'read':<8}{out['read_MBps']:>12}{out['read_raw_MBps']:>15}{out['read_ratio']:>8}")
     kinds = ", ".join(f"{k} {v / n_batches:.1f}" for k, v in sorted(KINDS.items()))
     print(
-        f"S3 requests per micro-batch (staging + publish + maintenance): {out['requests_per_microbatch']} ({kinds})"
+        "S3 requests per micro-batch (staging + publish + maintenance): "
+        f"{out['requests_per_microbatch']} ({kinds})"
     )
     print(f"objects under the root after {n_batches} micro-batches: {objects}")
     print(json.dumps(out, sort_keys=True))
