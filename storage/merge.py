@@ -2,14 +2,15 @@
 
 On an object store every commit writes whole segments, so frequent small commits (a
 streaming sink's micro-batches) leave many small segments.  :func:`merge_small_segments`
-rewrites each run of at least ``min_segments`` adjacent sealed segments whose total fits in
-``segment.bytes`` into one segment, with the batches copied byte for byte (offsets,
+rewrites each run of at least ``min_segments`` adjacent small sealed segments whose total fits
+in ``segment.bytes`` into one segment, with the batches copied byte for byte (offsets,
 timestamps, CRCs and producer state unchanged) and fresh offset/time indexes, then swaps it
 in with Kafka's ``.cleaned`` -> ``.swap`` protocol (:meth:`Log.replace_segments`).  It applies
 to every cleanup policy: no record is dropped, only the segment layout changes.
 
-The number of segments of a partition stays bounded: full segments, plus fewer than
-``min_segments`` small ones being accumulated, plus the active segment.
+The number of segments of a partition stays bounded by its size, not by the number of commits:
+segments of at least ``segment.bytes / min_segments`` bytes, plus fewer than ``min_segments``
+small ones being accumulated, plus the active segment.
 """
 
 from __future__ import annotations
@@ -23,18 +24,30 @@ MIN_SEGMENTS = 8
 
 
 def _runs(lg: Log, min_segments: int) -> list[list[LogSegment]]:
+    """Runs of adjacent sealed *small* segments to merge.  A segment is small below
+    ``segment.bytes / min_segments``, so a merged segment (at least ``min_segments`` small ones)
+    is rarely small again: each byte is rewritten about once, not once per merge (size tiers,
+    as in an LSM tree).  A segment's offsets end before the next segment's base offset, so no
+    segment needs to be read to plan."""
     limit = lg.config.segment_bytes
+    small = max(1, limit // min_segments)
     runs: list[list[LogSegment]] = []
     run: list[LogSegment] = []
     total = 0
-    for seg in lg.segments[:-1]:  # never the active segment
-        nxt = seg.read_next_offset()
-        fits = bool(run) and total + seg.size <= limit and nxt - 1 - run[0].base_offset <= INT32_MAX
+    segs = lg.segments
+    for i, seg in enumerate(segs[:-1]):  # never the active segment
+        end = segs[i + 1].base_offset  # exclusive bound of this segment's offsets
+        fits = (
+            seg.size < small
+            and bool(run)
+            and total + seg.size <= limit
+            and end - 1 - run[0].base_offset <= INT32_MAX
+        )
         if not fits:
             if len(run) >= min_segments:
                 runs.append(run)
             run, total = [], 0
-        if seg.size < limit:
+        if seg.size < small:
             run.append(seg)
             total += seg.size
     if len(run) >= min_segments:
