@@ -6,7 +6,8 @@
 
 A generated block sits between ``<!-- reference:NAME -->`` and ``<!-- /reference:NAME -->``.
 The tables come from ``pylog.connector.options.OPTIONS`` (source options and their values),
-``pylog.connector.sink.SINK_OPTIONS`` (sink options), ``LogConfig`` (topic configs, defaults and
+``pylog.connector.sink.SINK_OPTIONS`` (sink options), ``pylog.storage.objectstore.PYLOG_OPTIONS``
+(pylog's own storage options of object-store roots), ``LogConfig`` (topic configs, defaults and
 broker synonyms) and ``pylog.cli.COMMANDS`` (the CLI).  Defaults are written here once, as
 users read them, and checked against what the option parsers actually produce, so that a
 changed default fails ``--check`` instead of leaving the README wrong.
@@ -25,6 +26,7 @@ from pylog.connector.options import DEFAULT_GROUP_ID_PREFIX, OPTIONS, parse_opti
 from pylog.connector.sink import SINK_OPTIONS, parse_sink_options
 from pylog.storage import records
 from pylog.storage.config import LogConfig
+from pylog.storage.objectstore import PYLOG_OPTIONS, ObjectStore
 
 # ---------------------------------------------------------------------------------------------
 # Source options: the default of each option in OPTIONS (checked in _check_source_defaults)
@@ -56,6 +58,7 @@ SOURCE_DEFAULTS: dict[str, str] = {
     "fetchOffset.retryIntervalMs": "",
 }
 SOURCE_NOTES: dict[str, str] = {
+    "path": " with `storage.*` options for object stores",
     "isolationLevel": " (also `kafka.isolation.level`)",
     "groupId": " (also `kafka.group.id`)",
 }
@@ -90,18 +93,26 @@ def source_options() -> str:
     rows = ["| option | default | values |", "|---|---|---|"]
     for name, values in OPTIONS.items():
         rows.append(f"| `{name}` | {SOURCE_DEFAULTS[name]} | {_cell(values)}{SOURCE_NOTES.get(name, '')} |")
-    rows.append(
-        "| `storage.*` | | passed, without the prefix, to the storage backend (object stores, a later "
-        "issue; no effect on local paths) |"
-    )
+    rows.append(f"| `storage.*` | | {STORAGE_PREFIX_DOC} |")
     return "\n".join(rows)
+
+
+STORAGE_PREFIX_DOC = (
+    "storage options of an object-store `path`, without the prefix: fsspec's (`storage.endpoint_url`, "
+    "`storage.key`, `storage.client_kwargs.region_name`, ...) and pylog's (`storage.pylog.*`, in "
+    "*Object stores (S3)*); never logged; refused with a local path"
+)
 
 
 # ---------------------------------------------------------------------------------------------
 # Sink options (checked in _check_sink_defaults against SINK_OPTIONS and parse_sink_options)
 
 SINK_DOCS: dict[str, tuple[str, str]] = {
-    "path": ("required (or `.save(path)`)", "the pylog root (created if missing)"),
+    "path": (
+        "required (or `.save(path)`)",
+        "the pylog root (created if missing): a local path, or an object-store URL (`s3://bucket/prefix`) "
+        "with `storage.*` options",
+    ),
     "topic": (
         "the `topic` column",
         "the topic every row goes to; overrides the `topic` column (one of the two is required)",
@@ -155,10 +166,56 @@ def sink_options() -> str:
     _check_sink_defaults()
     rows = ["| option | default | meaning |", "|---|---|---|"]
     rows += [f"| `{name}` | {default} | {_cell(text)} |" for name, (default, text) in SINK_DOCS.items()]
+    rows.append(f"| `storage.*` | | {STORAGE_PREFIX_DOC} |")
     rows.append(
         "| any topic config (`cleanup.policy`, `segment.bytes`, ...) | Kafka's | used when the sink "
         "creates the topic (see the topic configs below) |"
     )
+    return "\n".join(rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# pylog's own storage options (checked against PYLOG_OPTIONS and what ObjectStore makes of none)
+
+STORAGE_DOCS: dict[str, tuple[str, str]] = {
+    "pylog.retry_timeout_s": (
+        "`60`",
+        "seconds for which transient failures (server unreachable, connection reset, timeouts, 5xx, "
+        "throttling) are retried with backoff before the operation fails",
+    ),
+    "pylog.file_delete_delay_ms": (
+        "`60000`",
+        "how long objects superseded by a commit (older manifests, replaced segments) are kept before a "
+        "later commit deletes them, so that readers of an older snapshot can finish",
+    ),
+    "pylog.read_ahead_bytes": (
+        "`8388608` (8 MiB)",
+        "largest read-ahead (one ranged GET) of a sequential scan of one segment object",
+    ),
+}
+
+
+def _check_storage_defaults() -> None:
+    if set(STORAGE_DOCS) != set(PYLOG_OPTIONS):
+        raise SystemExit(
+            f"docs/reference.py: STORAGE_DOCS and objectstore.PYLOG_OPTIONS differ on "
+            f"{sorted(set(STORAGE_DOCS) ^ set(PYLOG_OPTIONS))}"
+        )
+    store = ObjectStore("memory://pylog-reference")  # no I/O: the parsed defaults only
+    facts = {
+        "pylog.retry_timeout_s": store.retry_timeout_s == 60.0,
+        "pylog.file_delete_delay_ms": store.file_delete_delay_ms == 60_000,
+        "pylog.read_ahead_bytes": store.read_ahead_bytes == 8 << 20,
+    }
+    wrong = [name for name, ok in facts.items() if not ok]
+    if wrong:
+        raise SystemExit(f"docs/reference.py: the documented defaults of {wrong} are not ObjectStore's")
+
+
+def storage_options() -> str:
+    _check_storage_defaults()
+    rows = ["| storage option | default | meaning |", "|---|---|---|"]
+    rows += [f"| `{name}` | {default} | {_cell(text)} |" for name, (default, text) in STORAGE_DOCS.items()]
     return "\n".join(rows)
 
 
@@ -197,6 +254,7 @@ def _cell(text: str) -> str:
 TABLES: dict[str, Callable[[], str]] = {
     "source-options": source_options,
     "sink-options": sink_options,
+    "storage-options": storage_options,
     "topic-configs": topic_configs,
     "cli": cli_commands,
 }

@@ -59,6 +59,8 @@ def _run(args: argparse.Namespace, name: str, **kwargs: object) -> int:
         return 1
     progress = StderrProgress(enabled=not args.json)
     try:
+        if is_object_url(args.root):
+            open_root(args, read_only=True).close()  # no root there: a clear error, nothing created
         with open_root(args, read_only=False) as root:
             for t in args.topic or ():
                 root.partitions(t)  # unknown topic: a clear error before any work

@@ -16,8 +16,9 @@ it is small and not segment data) and lists the directories.  A commit
 1. uploads the files written since the last commit under fresh, never reused keys;
 2. creates manifest N+1 with put-if-absent (``If-None-Match: *``).  The manifest holds a
    random writer token, so a create whose response was lost is recognised as ours;
-3. only then deletes objects superseded longer than ``file.delete.delay.ms`` ago (they are
-   listed in the manifest's ``garbage`` until then, so readers of an older manifest finish).
+3. only then deletes objects superseded longer than the storage option
+   ``pylog.file_delete_delay_ms`` (60 s) ago (they are listed in the manifest's ``garbage``
+   until then, so readers of an older manifest finish).
 
 A writer that loses the race (N+1 exists and is not ours) removes its uploads and raises
 :class:`CommitConflictError`; :class:`~pylog.storage.manager.Root` then re-reads the newest

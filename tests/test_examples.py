@@ -53,6 +53,16 @@ EXPECTED: dict[str, list[str]] = {
         "appended at offset 6 of test-natty-0",
         "OK: checked",
     ],
+    "object_store.py": [  # on moto's S3 server, started by the example on 127.0.0.1
+        "appended 240 orders in 24 commits (25 manifests published)",
+        "read back 240 records",
+        "a reader opened after the first commit: 10 records, 240 after refresh()",
+        ": 25 manifests, 72 segments",
+        "merged away 69 small segments; segments 75 -> 6, objects 97 -> 4",
+        "$ pylog describe s3://pylog-example/demo -S endpoint_url=http://127.0.0.1:",
+        "topic orders  partitions 3",
+        "OK: checked 240 records",
+    ],
 }
 
 
@@ -70,6 +80,9 @@ def _env() -> dict[str, str]:
 def test_example_runs(script: str, tmp_path: Path) -> None:
     if script == "kafka_interop.py" and not (KAFKA_FIXTURES / "MANIFEST.json").is_file():
         pytest.skip(f"kafka_interop.py reads the broker-written fixtures, absent at {KAFKA_FIXTURES}")
+    if script == "object_store.py":
+        pytest.importorskip("moto", reason="object_store.py runs moto's S3 server (pip install '.[dev]')")
+        pytest.importorskip("s3fs", reason="object_store.py needs s3fs (pip install '.[s3]')")
     work = tmp_path / "work"
     t0 = time.monotonic()
     proc = subprocess.run(
