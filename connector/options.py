@@ -42,7 +42,7 @@ class SourceOptionError(ConfigError):
 
 # canonical name -> one line of documentation (the valid values).  Keys are matched case-insensitively.
 OPTIONS: dict[str, str] = {
-    "path": "the pylog root: a local path, file:// URL or object-store URL such as s3://bucket/prefix (required)",
+    "path": "the pylog root: a local path, file:// URL or object-store URL (s3://bucket/prefix) (required)",
     "subscribe": "comma-separated topic names",
     "subscribePattern": "a regular expression matched against whole topic names",
     "assign": 'JSON {"topicA":[0,1],"topicB":[2,4]}',
