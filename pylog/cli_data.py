@@ -63,18 +63,30 @@ def create_topic_command(parser: argparse.ArgumentParser) -> Runner:
         help="a Kafka topic config, e.g. cleanup.policy=compact (repeatable)",
     )
     parser.add_argument("--if-not-exists", action="store_true", help="succeed if the topic exists")
+    parser.add_argument("--json", action="store_true", help="print one JSON object, for scripts")
 
     def run(args: argparse.Namespace) -> int:
         from pylog.storage.errors import PylogError
 
         try:
             with _open(args, read_only=False) as root:
+                existed = args.topic in root.topics()
                 root.create_topic(args.topic, args.partitions, dict(args.config), exist_ok=args.if_not_exists)
+                info = {
+                    "topic": args.topic,
+                    "created": not existed,
+                    "partitions": root.partitions(args.topic),
+                    "config": dict(sorted(root.config(args.topic).to_dict().items())),
+                }
         except PylogError as e:
             return _fail("create-topic", e)
-        print(
-            f"created topic {args.topic} with {args.partitions} partition(s) in {args.root}", file=sys.stderr
-        )
+        if args.json:
+            print(json.dumps(info))
+        elif existed:
+            print(f"topic {args.topic} already exists in {args.root}", file=sys.stderr)
+        else:
+            msg = f"created topic {args.topic} with {args.partitions} partition(s) in {args.root}"
+            print(msg, file=sys.stderr)
         return 0
 
     return run
@@ -172,12 +184,16 @@ def produce_command(parser: argparse.ArgumentParser) -> Runner:
     parser.add_argument("--separator", default="\t", help="key/value separator for --format kv (default TAB)")
     parser.add_argument("--partition", type=int, help="send every record to this partition")
     parser.add_argument("--batch", type=int, default=10_000, help="records per append (default 10000)")
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON object (records and offsets per partition)"
+    )
 
     def run(args: argparse.Namespace) -> int:
         from pylog.storage.errors import PylogError
 
         src: TextIO = open(args.file, encoding="utf-8") if args.file else sys.stdin  # noqa: SIM115
         total = 0
+        written: dict[int, dict[str, int]] = {}
         try:
             with _open(args, read_only=False) as root:
                 root.partitions(args.topic)  # unknown topic: fail before reading input
@@ -185,20 +201,26 @@ def produce_command(parser: argparse.ArgumentParser) -> Runner:
                 for rec in parse_lines(src, args.format, args.separator):
                     pending.append(rec)
                     if len(pending) >= args.batch:
-                        total += _flush(root, args, pending)
-                total += _flush(root, args, pending)
+                        total += _flush(root, args, pending, written)
+                total += _flush(root, args, pending, written)
         except (PylogError, ValueError, OSError) as e:
             return _fail("produce", f"{e} ({total} records were appended before the error)")
         finally:
             if args.file:
                 src.close()
-        print(f"appended {total} records to {args.topic}", file=sys.stderr)
+        if args.json:
+            parts = {str(p): written[p] for p in sorted(written)}
+            print(json.dumps({"topic": args.topic, "records": total, "partitions": parts}))
+        else:
+            print(f"appended {total} records to {args.topic}", file=sys.stderr)
         return 0
 
     return run
 
 
-def _flush(root: Any, args: argparse.Namespace, pending: list[dict[str, Any]]) -> int:
+def _flush(
+    root: Any, args: argparse.Namespace, pending: list[dict[str, Any]], written: dict[int, dict[str, int]]
+) -> int:
     if not pending:
         return 0
     now = int(time.time() * 1000)
@@ -206,7 +228,10 @@ def _flush(root: Any, args: argparse.Namespace, pending: list[dict[str, Any]]) -
     for r in pending:
         by_part.setdefault(args.partition if args.partition is not None else r.get("partition"), []).append(r)
     for part, recs in by_part.items():
-        root.append(args.topic, _to_table(recs, now), partition=part)
+        for p, info in root.append(args.topic, _to_table(recs, now), partition=part).items():
+            w = written.setdefault(int(p), {"records": 0, "first_offset": info.first_offset})
+            w["records"] += info.num_records
+            w["last_offset"] = info.last_offset
     n = len(pending)
     pending.clear()
     return n
@@ -273,8 +298,11 @@ def consume_command(parser: argparse.ArgumentParser) -> Runner:
     parser.add_argument("--poll-interval", type=float, default=0.5, help="seconds between polls (--follow)")
     parser.add_argument("--format", choices=FORMATS, default="jsonl", help="output format (default jsonl)")
     parser.add_argument("--separator", default="\t", help="key/value separator for --format kv")
+    parser.add_argument("--json", action="store_true", help="one JSON object per record (= --format jsonl)")
 
     def run(args: argparse.Namespace) -> int:
+        if args.json:
+            args.format = "jsonl"
         from pylog.storage.errors import PylogError
 
         try:
