@@ -286,6 +286,16 @@ class OffsetIndex(_SparseIndex):
             return self.base_offset, 0
         return int(offs[slot]), int(self._cols[1][slot])
 
+    def upper_position(self, end: int) -> int | None:
+        """A file position before which every offset < ``end`` lies (None: the end of the file).
+
+        Entries are (last offset of a batch, its position): the first entry at or above ``end``
+        may still hold smaller offsets, but every batch from the entry after it on starts above
+        that entry's offset, hence at or above ``end``."""
+        offs = self._col(0)
+        slot = int(np.searchsorted(offs, end, side="left")) + 1
+        return int(self._cols[1][slot]) if slot < offs.shape[0] else None
+
     def lookup_many(self, targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`lookup` for each element of ``targets``: (offsets, positions)."""
         offs, pos = self._col(0), self._col(1)

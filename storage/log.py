@@ -349,7 +349,9 @@ class Log:
             seg_i = self._floor_index(offset)
             got = None
             for seg in self.segments[seg_i:]:
-                got = seg.read(offset, max_bytes)
+                # read no further than the index says offsets below ``end`` can be (a few records
+                # of a large segment on an object store cost one small ranged GET)
+                got = seg.read(offset, max_bytes, max_position=seg.offset_index.upper_position(end))
                 if got is not None:
                     pos, data = got
                     break

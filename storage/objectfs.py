@@ -53,6 +53,8 @@ log = logging.getLogger("pylog.storage")
 
 MANIFESTS = "_pylog/manifests/"
 DIRECT = "_pylog/direct/"
+ORPHAN_GRACE_S = 3600.0
+"""Unreferenced objects younger than this (or the delete delay, if longer) are never swept."""
 INLINE_MAX = 4096
 """Files up to this size, except segment data (``.log``), are kept inside the manifest."""
 WHOLE_OBJECT_MAX = 1 << 20
@@ -346,6 +348,7 @@ class ObjectStorage(Storage):
                 files[path] = {"inline": base64.b64encode(bytes(e.data or b"")).decode("ascii")}
                 new_entries[path] = e
         self._step("before-upload")
+        uploaded_at = time.monotonic()
         self.store.put_many(uploads)
         self._step("uploaded")
         referenced = {e.key for e in new_entries.values() if e.key}
@@ -367,6 +370,11 @@ class ObjectStorage(Storage):
             "garbage": keep,
         }
         raw = json.dumps(doc, separators=(",", ":")).encode()
+        if time.monotonic() - uploaded_at > self.orphan_grace_s() / 2:
+            # an orphan sweep may take these uploads for a crashed writer's: upload them again
+            with contextlib.suppress(Exception):
+                self.store.delete([k for k, _ in uploads])
+            raise CommitConflictError(f"{self.store.url}: commit {n} took too long; uploading again")
         if not self.store.create(manifest_key(n), raw):
             self._step("conflict")
             with contextlib.suppress(Exception):
@@ -403,18 +411,29 @@ class ObjectStorage(Storage):
                     e,
                 )
 
+    def orphan_grace_s(self) -> float:
+        """Age below which an unreferenced object may still be an upload of a commit in flight."""
+        return max(self.store.file_delete_delay_ms / 1000.0, ORPHAN_GRACE_S)
+
     def sweep_orphans(self, now_ms: int | None = None) -> int:
-        """Delete objects no manifest refers to (uploads of crashed or losing writers, garbage
-        whose deletion failed) once they are older than the delete delay.  Returns how many."""
+        """Delete objects that the *newest* manifest does not refer to (uploads of crashed or
+        losing writers, garbage whose deletion failed), once older than :meth:`orphan_grace_s`.
+        The listing is taken before the newest manifest is read, so an object committed
+        meanwhile is referenced (or too young); a writer gives up a commit whose uploads are
+        older than half the grace.  Returns how many objects were deleted."""
         now = time.time() if now_ms is None else now_ms / 1000.0
-        delay = self.store.file_delete_delay_ms / 1000.0
-        with self._lock:
-            referenced = {e.key for e in self._base.values() if e.key} | {k for k, _ in self._garbage}
-            referenced.add(manifest_key(self.number))
-            newest = self.number
+        grace = self.orphan_grace_s()
+        listing = self.store.list("")
+        doc = self._newest()  # never this root's own (possibly stale) snapshot
+        if doc is None:
+            return 0
+        newest = int(doc["number"])
+        referenced = {str(f["key"]) for f in doc["files"].values() if "key" in f}
+        referenced |= {str(k) for k, _ in doc.get("garbage", [])}
+        referenced.add(manifest_key(newest))
         doomed = []
-        for key, (_, mtime, _) in self.store.list("").items():
-            if key in referenced or key.startswith(DIRECT) or now - mtime < delay:
+        for key, (_, mtime, _) in listing.items():
+            if key in referenced or key.startswith(DIRECT) or now - mtime < grace:
                 continue
             if key.startswith(MANIFESTS):
                 num = key[len(MANIFESTS) : -5]

@@ -64,13 +64,25 @@ def redact(options: Mapping[str, Any]) -> dict[str, Any]:
     return {k: ("***" if any(w in k.lower() for w in _SECRET_WORDS) else v) for k, v in options.items()}
 
 
-def _coerce(value: Any) -> Any:
-    if isinstance(value, str):
-        low = value.strip().lower()
-        if low in ("true", "false"):
-            return low == "true"
-        if low in ("none", "null"):
-            return None
+_STRING_WORDS = (*_SECRET_WORDS, "endpoint", "region", "profile", "bucket", "url", "name", "version")
+
+
+def _coerce(name: str, value: Any) -> Any:
+    """Option strings (Spark and the CLI pass nothing else) as the types fsspec expects:
+    booleans, None, and numbers, except where the option is a name, URL or credential."""
+    if not isinstance(value, str):
+        return value
+    low = value.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    if not any(w in name.lower() for w in _STRING_WORDS):
+        for kind in (int, float):
+            try:
+                return kind(value)
+            except ValueError:
+                pass
     return value
 
 
@@ -98,7 +110,7 @@ def split_options(options: Mapping[str, Any] | None) -> tuple[dict[str, Any], di
             if not isinstance(nxt, dict):
                 raise ConfigError(f"storage option {k!r} conflicts with {part!r}")
             node = nxt
-        node[parts[-1]] = _coerce(v)
+        node[parts[-1]] = _coerce(parts[-1], v)
     return fs_kwargs, own
 
 

@@ -1,4 +1,7 @@
-"""`pylog create-topic / produce / consume / recover`: round trips, follow mode, bad input."""
+"""`pylog create-topic / produce / consume / recover`: round trips, follow mode, bad input.
+
+Tests taking ``backend`` run on local disk and on S3, with ``--storage-option`` arguments
+(tests/conftest.py); ``recover`` after a crash is about files on disk."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import json
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -15,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pylog.cli import main
+from tests.conftest import Backend
 
 
 def run(argv: list[str], stdin: str = "", monkeypatch: pytest.MonkeyPatch | None = None) -> int:
@@ -61,17 +66,18 @@ def _decode(obj: dict, name: str) -> bytes | None:
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(recs=records_st)
 def test_produce_consume_round_trip_is_exact(
+    backend: Backend,
     tmp_path_factory: pytest.TempPathFactory,
     recs: list,
 ) -> None:
-    root = str(tmp_path_factory.mktemp("r"))
-    assert main(["create-topic", root, "t", "--partitions", "1"]) == 0
-    src = Path(root) / "in.jsonl"
+    root, opts = backend.child(uuid.uuid4().hex[:8]).url, backend.cli_args()  # a fresh root per example
+    assert main(["create-topic", root, *opts, "t", "--partitions", "1"]) == 0
+    src = tmp_path_factory.mktemp("in") / "in.jsonl"
     src.write_text("\n".join(_line(r) for r in recs) + "\n")
-    assert main(["produce", root, "t", "--file", str(src)]) == 0
+    assert main(["produce", root, *opts, "t", "--file", str(src)]) == 0
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert main(["consume", root, "t"]) == 0
+        assert main(["consume", root, *opts, "t"]) == 0
     got = [json.loads(line) for line in out.getvalue().split("\n") if line]  # not splitlines(): U+0085
     assert [g["offset"] for g in got] == list(range(len(recs)))
     for g, r in zip(got, recs, strict=True):
@@ -90,43 +96,50 @@ def test_produce_consume_round_trip_is_exact(
 
 
 def test_kv_and_value_formats_offsets_and_timestamps(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    backend: Backend, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    root = str(tmp_path)
-    assert main(["create-topic", root, "t", "--partitions", "2"]) == 0
-    assert run(["produce", root, "t", "--format", "kv"], "k1\tv1\nk2\tv2\nk1\tv3\n", monkeypatch) == 0
-    assert run(["produce", root, "t", "--format", "value", "--partition", "1"], "plain\n", monkeypatch) == 0
+    root, opts = backend.url, backend.cli_args()
+    assert main(["create-topic", root, *opts, "t", "--partitions", "2"]) == 0
+    produce, consume = ["produce", root, *opts, "t"], ["consume", root, *opts, "t"]
+    assert run([*produce, "--format", "kv"], "k1\tv1\nk2\tv2\nk1\tv3\n", monkeypatch) == 0
+    assert run([*produce, "--format", "value", "--partition", "1"], "plain\n", monkeypatch) == 0
     capsys.readouterr()
-    assert main(["consume", root, "t", "--format", "kv", "--partition", "0", "--partition", "1"]) == 0
+    assert main([*consume, "--format", "kv", "--partition", "0", "--partition", "1"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert sorted(lines) == sorted(["k1\tv1", "k2\tv2", "k1\tv3", "\tplain"])
-    assert main(["consume", root, "t", "--offset", "1", "--format", "value", "--max-messages", "1"]) == 0
+    assert main([*consume, "--offset", "1", "--format", "value", "--max-messages", "1"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 1
+    t0 = int(time.time() * 1000) - 60_000
+    assert main([*consume, "--from-timestamp", str(t0), "--format", "value"]) == 0
+    assert sorted(capsys.readouterr().out.splitlines()) == ["plain", "v1", "v2", "v3"]
 
 
 def test_bad_input_is_reported_with_its_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    backend: Backend, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    root = str(tmp_path)
-    assert main(["create-topic", root, "t"]) == 0
-    assert main(["create-topic", root, "t"]) == 1
+    root, opts = backend.url, backend.cli_args()
+    assert main(["create-topic", root, *opts, "t"]) == 0
+    assert main(["create-topic", root, *opts, "t"]) == 1
     assert "already exists" in capsys.readouterr().err
-    assert main(["create-topic", root, "t", "--if-not-exists"]) == 0
-    assert main(["create-topic", root, "bad/name"]) == 1
-    assert main(["create-topic", root, "x", "--config", "nonsense"]) == 2
-    assert main(["create-topic", root, "x", "--config", "segment.bytes=abc"]) == 1
+    assert main(["create-topic", root, *opts, "t", "--if-not-exists"]) == 0
+    assert main(["create-topic", root, *opts, "bad/name"]) == 1
+    assert main(["create-topic", root, *opts, "x", "--config", "nonsense"]) == 2
+    assert main(["create-topic", root, *opts, "x", "--config", "segment.bytes=abc"]) == 1
     assert "segment.bytes" in capsys.readouterr().err
-    assert run(["produce", root, "t"], '{"value": "ok"}\nnot json\n', monkeypatch) == 1
+    assert run(["produce", root, *opts, "t"], '{"value": "ok"}\nnot json\n', monkeypatch) == 1
     assert "line 2" in capsys.readouterr().err
-    assert run(["produce", root, "nope"], '{"value": "x"}\n', monkeypatch) == 1
+    assert run(["produce", root, *opts, "nope"], '{"value": "x"}\n', monkeypatch) == 1
     assert "unknown topic 'nope'" in capsys.readouterr().err
-    assert main(["consume", root, "t", "--partition", "3"]) == 1
+    assert main(["consume", root, *opts, "t", "--partition", "3"]) == 1
     assert "out of range" in capsys.readouterr().err
+    assert main(["create-topic", root, *opts, "y", "--storage-option", "no-equals-sign"]) == 1
+    assert "expected KEY=VALUE" in capsys.readouterr().err
 
 
-def test_consume_follow_sees_new_records(tmp_path: Path) -> None:
-    root = str(tmp_path)
-    assert main(["create-topic", root, "t"]) == 0
+def test_consume_follow_sees_new_records(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A follower in its own process sees what a writer (this process) appends meanwhile."""
+    root, opts = backend.url, backend.cli_args()
+    assert main(["create-topic", root, *opts, "t"]) == 0
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -134,6 +147,7 @@ def test_consume_follow_sees_new_records(tmp_path: Path) -> None:
             "pylog",
             "consume",
             root,
+            *opts,
             "t",
             "--follow",
             "--poll-interval",
@@ -150,14 +164,8 @@ def test_consume_follow_sees_new_records(tmp_path: Path) -> None:
     try:
         time.sleep(1.0)
         for v in ("a", "b", "c"):
-            p = subprocess.run(
-                [sys.executable, "-m", "pylog", "produce", root, "t", "--format", "value"],
-                input=v + "\n",
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
-            assert p.returncode == 0, p.stderr
+            assert run(["produce", root, *opts, "t", "--format", "value"], v + "\n", monkeypatch) == 0
+            time.sleep(0.2)
         out, err = proc.communicate(timeout=120)
     finally:
         proc.kill()

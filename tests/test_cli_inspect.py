@@ -1,4 +1,7 @@
-"""`pylog describe` and `pylog verify` on real roots, healthy and damaged."""
+"""`pylog describe` and `pylog verify` on real roots, healthy and damaged.
+
+Healthy roots are checked on local disk and on S3 (``backend``, tests/conftest.py); the
+damaged ones are damaged by editing files on disk."""
 
 from __future__ import annotations
 
@@ -10,22 +13,36 @@ import pytest
 import pylog
 from pylog.cli import main
 from pylog.storage import records
+from tests.conftest import Backend
+
+
+def fill(root: pylog.Root) -> None:
+    root.create_topic("events", partitions=2, config={"segment.bytes": 4096, "index.interval.bytes": 100})
+    for i in range(40):
+        root.append("events", [b"value-%04d" % i * 5] * 3, key=[b"k%d" % (i % 7)] * 3, timestamp=1000 + i)
 
 
 @pytest.fixture
 def root_dir(tmp_path: Path) -> Path:
     with pylog.open(tmp_path) as root:
-        root.create_topic("events", partitions=2, config={"segment.bytes": 4096, "index.interval.bytes": 100})
-        for i in range(40):
-            root.append("events", [b"value-%04d" % i * 5] * 3, key=[b"k%d" % (i % 7)] * 3, timestamp=1000 + i)
+        fill(root)
     return tmp_path
 
 
-def test_describe_text_and_json(root_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["describe", str(root_dir)]) == 0
+@pytest.fixture
+def filled(backend: Backend) -> Backend:
+    with backend.open() as root:
+        fill(root)
+    return backend
+
+
+def test_describe_text_and_json(filled: Backend, capsys: pytest.CaptureFixture[str]) -> None:
+    args = [filled.url, *filled.cli_args()]
+    assert main(["describe", *args]) == 0
     text = capsys.readouterr().out
     assert "topic events  partitions 2" in text and "segment.bytes=4096" in text
-    assert main(["describe", str(root_dir), "--json"]) == 0
+    assert "testing" not in text  # the credentials are never printed
+    assert main(["describe", *args, "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     (t,) = info["topics"]
     assert info["clean_shutdown"] is True
@@ -34,10 +51,11 @@ def test_describe_text_and_json(root_dir: Path, capsys: pytest.CaptureFixture[st
     assert t["config_overrides"]["segment.bytes"] == "4096"
 
 
-def test_verify_healthy_root(root_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["verify", str(root_dir)]) == 0
+def test_verify_healthy_root(filled: Backend, capsys: pytest.CaptureFixture[str]) -> None:
+    args = [filled.url, *filled.cli_args()]
+    assert main(["verify", *args]) == 0
     assert capsys.readouterr().out.startswith("OK: checked")
-    assert main(["verify", str(root_dir), "--json"]) == 0
+    assert main(["verify", *args, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["ok"] is True and out["checked"]["records"] == 120 and out["problems"] == []
 
@@ -78,22 +96,25 @@ def test_verify_reports_bad_index_torn_tail_and_checkpoint(
     assert "recovery-point-offset-checkpoint" in out and "version" in out
 
 
-def test_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["verify", str(tmp_path / "missing")]) == 1
-    assert "no such directory" in capsys.readouterr().err
+def test_bad_arguments(backend: Backend, capsys: pytest.CaptureFixture[str]) -> None:
+    for cmd in ("verify", "describe"):
+        assert main([cmd, backend.child("missing").url, *backend.cli_args()]) == 1
+        err = capsys.readouterr().err
+        assert "missing" in err and ("no such directory" if backend.is_local else "no pylog root") in err
     assert main(["describe"]) == 2
     assert main([]) == 2
 
 
-def test_describe_shows_consumer_lag(root_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_describe_shows_consumer_lag(filled: Backend, capsys: pytest.CaptureFixture[str]) -> None:
     from pylog.storage.consumers import write_consumer_offsets
-    from pylog.storage.fs import LocalStorage
 
-    write_consumer_offsets(LocalStorage(root_dir), "my-query", {("events", 0): 10})
-    assert main(["describe", str(root_dir), "--json"]) == 0
+    with filled.open() as root:
+        write_consumer_offsets(root.storage, "my-query", {("events", 0): 10})
+    args = [filled.url, *filled.cli_args()]
+    assert main(["describe", *args, "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     (c,) = info["consumers"]
     ends = {p["partition"]: p["log_end_offset"] for p in info["topics"][0]["partitions"]}
     assert c["group"] == "my-query" and c["lag"] == ends[0] - 10 + ends[1]
-    assert main(["describe", str(root_dir)]) == 0
+    assert main(["describe", *args]) == 0
     assert "query my-query: lag" in capsys.readouterr().out

@@ -1,5 +1,9 @@
 """maintain() over logs and roots, the compact/retain CLI, and a model-based test of
-appends, rolls, compaction and retention against an in-memory model (TESTING.md §5.4)."""
+appends, rolls, compaction and retention against an in-memory model (TESTING.md §5.4).
+
+The root-level tests and the CLI test take ``backend``: they run on local disk and on S3
+(tests/conftest.py).  maintain(log) and the model test work on one Log in a local directory
+(Log-level units); the corrupt-segment test damages a file on disk."""
 
 from __future__ import annotations
 
@@ -22,8 +26,10 @@ from pylog.storage.cleaner import Cleaner, log_to_clean
 from pylog.storage.config import CleanerConfig
 from pylog.storage.fs import LocalStorage
 from pylog.storage.maintenance import StderrProgress, maintain
+from tests.conftest import Backend
 from tests.storage.compaction_util import (
     DAY,
+    DIR,
     T0,
     assert_kafka_valid,
     latest_per_key,
@@ -111,16 +117,35 @@ def test_budget_stops_the_offset_map_early_but_progresses(tmp_path: Path) -> Non
 # ============================================================================ maintain(root)
 
 
-def make_root(path: Path) -> pylog.Root:
-    root = pylog.open(path)
+def fill(root: pylog.Root, topic: str, n: int = 60, prefix: bytes = b"v") -> None:
+    """``n`` acknowledged appends of one batch each, then a roll, as one transaction (so that an
+    object store seals one segment per segment.bytes, as local disk does, not one per append)."""
+
+    def run() -> None:
+        for i in range(n):
+            root.append(topic, [prefix + b"%04d" % i], key=[b"k%d" % (i % 8)], timestamp=T0, partition=0)
+        root.writable_log(topic, 0).roll()
+
+    root.transaction(run)
+
+
+def make_root(where: Path | Backend) -> pylog.Root:
+    root = where.open() if isinstance(where, Backend) else pylog.open(where)
     root.create_topic("c", 1, {"cleanup.policy": "compact", "segment.bytes": 1024})
     root.create_topic("d", 1, {"cleanup.policy": "compact", "segment.bytes": 1024})
     root.create_topic("r", 1, {"cleanup.policy": "delete", "retention.ms": HOUR, "segment.bytes": 1024})
     for t in ("c", "d", "r"):
-        for i in range(60):  # acknowledged appends, one batch each
-            root.append(t, [b"v%04d" % i], key=[b"k%d" % (i % 8)], timestamp=T0, partition=0)
-        root.writable_log(t, 0).roll()
+        fill(root, t)
     return root
+
+
+def export(root: pylog.Root, directory: str, dst: Path) -> Path:
+    """Copy the files of a partition directory of ``root`` (any storage) to ``dst``/t-0."""
+    out = dst / DIR
+    out.mkdir(parents=True)
+    for name in root.storage.listdir(directory):
+        (out / name).write_bytes(root.storage.read(f"{directory}/{name}"))
+    return dst
 
 
 def test_b18_corrupt_log_is_uncleanable_others_still_cleaned(tmp_path: Path) -> None:
@@ -147,8 +172,8 @@ def test_b18_corrupt_log_is_uncleanable_others_still_cleaned(tmp_path: Path) -> 
     }
 
 
-def test_maintain_root_topics_partitions_checkpoints(tmp_path: Path) -> None:
-    root = make_root(tmp_path)
+def test_maintain_root_topics_partitions_checkpoints(backend: Backend) -> None:
+    root = make_root(backend)
     report = maintain(root, now=T0, topics=["c"])
     assert [c.directory for c in report.cleaning] == ["c-0"] and report.retention == []
     report = maintain(root, now=T0 + 2 * HOUR, partitions=[("r", 0)])
@@ -156,23 +181,23 @@ def test_maintain_root_topics_partitions_checkpoints(tmp_path: Path) -> None:
     report = maintain(root, now=T0 + 2 * HOUR, retention=False)
     assert [c.directory for c in report.cleaning] == ["d-0"]
     root.close()
-    storage = LocalStorage(tmp_path)
-    cleaner_ckpt = ckpt.read_offsets(storage, ckpt.CLEANER_OFFSET)
+    with backend.open(read_only=True) as reader:
+        cleaner_ckpt = ckpt.read_offsets(reader.storage, ckpt.CLEANER_OFFSET)
     assert set(cleaner_ckpt) == {("c", 0), ("d", 0)}
-    with pylog.open(tmp_path) as again:
+    with backend.open() as again:
         assert again.log("r", 0).log_start_offset == 60
         for t in ("c", "d"):
             assert again.log(t, 0).read_table().num_rows == 8
 
 
-def test_root_read_table_after_compaction_is_kafka_valid(tmp_path: Path) -> None:
-    root = make_root(tmp_path)
+def test_root_read_table_after_compaction_is_kafka_valid(backend: Backend, tmp_path: Path) -> None:
+    root = make_root(backend)
     maintain(root, now=T0, force=True)
     root.close()
-    for t in ("c", "d"):
-        shutil.copytree(tmp_path / f"{t}-0", tmp_path / "check" / "t-0")
-        assert_kafka_valid(tmp_path / "check")
-        shutil.rmtree(tmp_path / "check")
+    with backend.open(read_only=True) as reader:
+        for t in ("c", "d"):
+            assert reader.read_table(t).num_rows == 8
+            assert_kafka_valid(export(reader, f"{t}-0", tmp_path / t))
 
 
 def test_progress_line_only_on_a_terminal() -> None:
@@ -193,24 +218,27 @@ def test_progress_line_only_on_a_terminal() -> None:
 # ============================================================================ CLI
 
 
-def test_cli_compact_and_retain(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    make_root(tmp_path).close()
-    assert main(["compact", str(tmp_path), "--topic", "c", "--now", str(T0), "--json"]) == 0
+def test_cli_compact_and_retain(backend: Backend, capsys: pytest.CaptureFixture[str]) -> None:
+    make_root(backend).close()
+    url, opts = backend.url, backend.cli_args()
+    assert main(["compact", url, *opts, "--topic", "c", "--now", str(T0), "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert [c["directory"] for c in out["cleaning"]] == ["c-0"] and out["cleaner_checkpoints"] == {"c-0": 60}
-    assert main(["retain", str(tmp_path), "--now", str(T0 + 2 * HOUR)]) == 0
+    assert main(["retain", url, *opts, "--now", str(T0 + 2 * HOUR)]) == 0
     text = capsys.readouterr().out
     assert "r-0: deleted 5 segments" in text
-    assert main(["compact", str(tmp_path), "--force", "--now", str(T0), "--dedupe-buffer-size", "64"]) == 0
+    assert main(["compact", url, *opts, "--force", "--now", str(T0), "--dedupe-buffer-size", "64"]) == 0
     assert "d-0: cleaned" in capsys.readouterr().out
-    assert main(["compact", str(tmp_path), "--topic", "nope"]) == 1
+    assert main(["compact", url, *opts, "--topic", "nope"]) == 1
     assert "unknown topic" in capsys.readouterr().err
-    assert main(["retain", str(tmp_path / "missing")]) == 1
-    assert main(["compact", str(tmp_path), "--now", "-5"]) == 2
-    assert main(["compact", str(tmp_path), "--dedupe-buffer-size", "10"]) == 2
+    assert main(["compact", url, *opts, "--now", "-5"]) == 2
+    assert main(["compact", url, *opts, "--dedupe-buffer-size", "10"]) == 2
     assert "holds no key" in capsys.readouterr().err
-    with pylog.open(tmp_path, read_only=True) as root:
+    with backend.open(read_only=True) as root:
         assert root.log("c", 0).read_table().num_rows == 8
+        assert root.log("r", 0).log_start_offset == 60
+    assert main(["retain", backend.child("missing").url, *opts]) == 1
+    assert "missing" in capsys.readouterr().err
 
 
 # ============================================================================ model-based test
@@ -364,13 +392,11 @@ def test_model_day_scale_tombstones(tmp_path: Path) -> None:
     assert rows(reopen(tmp_path, delete_retention_ms=DAY)) == rows(lg)
 
 
-def test_filthiest_log_is_cleaned_first(tmp_path: Path) -> None:
-    root = make_root(tmp_path)
+def test_filthiest_log_is_cleaned_first(backend: Backend) -> None:
+    root = make_root(backend)
     maintain(root, now=T0, topics=["d"])  # d: clean head
-    for i in range(60):  # ... then as much dirty data again
-        root.append("d", [b"w%04d" % i], key=[b"k%d" % (i % 8)], timestamp=T0, partition=0)
-    root.writable_log("d", 0).roll()
-    points = ckpt.read_offsets(LocalStorage(tmp_path), ckpt.CLEANER_OFFSET)
+    fill(root, "d", prefix=b"w")  # ... then as much dirty data again
+    points = ckpt.read_offsets(root.storage, ckpt.CLEANER_OFFSET)
     assert points == {("d", 0): 60}
     ratios = {t: log_to_clean(root.log(t, 0), points.get((t, 0)), T0).cleanable_ratio for t in "cd"}
     assert ratios["c"] == 1.0 > ratios["d"] > 0.5

@@ -1,4 +1,8 @@
-"""A pylog root: pylog.open, topics, append/read_table, clean shutdown, lock, Kafka dirs."""
+"""A pylog root: pylog.open, topics, append/read_table, clean shutdown, lock, Kafka dirs.
+
+Tests taking ``backend`` run on local disk and on S3 (tests/conftest.py); the others are about
+local files (the writer lock, crash recovery from files on disk, Kafka log dirs copied from a
+broker)."""
 
 from __future__ import annotations
 
@@ -17,11 +21,12 @@ from pylog.storage import checkpoint as ckpt
 from pylog.storage.errors import ConfigError, LogLockedError, PylogError
 from pylog.storage.manager import CLEAN_SHUTDOWN, TABLE_SCHEMA, TOPICS_FILE
 from pylog.storage.partitioner import partition_for_keys
+from tests.conftest import Backend
 from tests.kafka_fixtures import b64, expected_records, manifest_logs, require_fixtures
 
 
-def test_create_append_read_and_reopen(tmp_path: Path) -> None:
-    with pylog.open(tmp_path) as root:
+def test_create_append_read_and_reopen(backend: Backend) -> None:
+    with backend.open() as root:
         root.create_topic("events", partitions=3, config={"segment.bytes": "4096", "retention.ms": 1000})
         keys = pa.array([b"user-%d" % (i % 17) for i in range(300)])
         table = pa.table(
@@ -36,9 +41,10 @@ def test_create_append_read_and_reopen(tmp_path: Path) -> None:
         t = root.read_table("events")
         assert t.schema == TABLE_SCHEMA
         assert t.num_rows == 300
-    assert (tmp_path / CLEAN_SHUTDOWN).exists() and (tmp_path / TOPICS_FILE).exists()
-    assert ckpt.read_offsets(root.storage, ckpt.RECOVERY_POINT)[("events", 0)] > 0
-    with pylog.open(tmp_path) as again:
+    with backend.open(read_only=True) as reader:
+        assert reader.storage.exists(CLEAN_SHUTDOWN) and reader.storage.exists(TOPICS_FILE)
+        assert ckpt.read_offsets(reader.storage, ckpt.RECOVERY_POINT)[("events", 0)] > 0
+    with backend.open() as again:
         assert again.topics() == ["events"] and again.partitions("events") == 3
         assert again.config("events").segment_bytes == 4096
         t = again.read_table("events")
@@ -53,8 +59,8 @@ def test_create_append_read_and_reopen(tmp_path: Path) -> None:
         assert again.read_table("events", [1]).column("value").to_pylist()[-1] == b"late"
 
 
-def test_null_keys_share_a_partition_and_explicit_partitions(tmp_path: Path) -> None:
-    root = pylog.open(tmp_path)
+def test_null_keys_share_a_partition_and_explicit_partitions(backend: Backend) -> None:
+    root = backend.open()
     root.create_topic("t", partitions=4)
     out = root.append("t", [b"a", b"b", b"c"])
     assert len(out) == 1 and next(iter(out.values())).num_records == 3
@@ -66,8 +72,8 @@ def test_null_keys_share_a_partition_and_explicit_partitions(tmp_path: Path) -> 
     root.close()
 
 
-def test_bad_names_and_unknown_topics(tmp_path: Path) -> None:
-    root = pylog.open(tmp_path)
+def test_bad_names_and_unknown_topics(backend: Backend) -> None:
+    root = backend.open()
     for bad in ["", ".", "..", "../escape", "a/b", "x" * 250, "spaces here"]:
         with pytest.raises(ConfigError):
             root.create_topic(bad)
@@ -81,7 +87,13 @@ def test_bad_names_and_unknown_topics(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="partition 5 is out of range"):
         root.log("ok", 5)
     root.close()
-    assert not (tmp_path.parent / "escape-0").exists()
+    assert root.topics() == ["ok"]
+    if backend.is_local:
+        assert not (Path(backend.url).parent / "escape-0").exists()
+    else:
+        assert backend.server is not None
+        parent = backend.url[len("s3://") :].rsplit("/", 1)[0]
+        assert not backend.server.filesystem().find(f"{parent}/escape-0")
 
 
 def test_crash_without_close_recovers_from_checkpoint(tmp_path: Path) -> None:
@@ -123,13 +135,17 @@ def test_second_writer_process_is_refused(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
-def test_read_only_root_refuses_writes(tmp_path: Path) -> None:
-    pylog.open(tmp_path).close()
-    ro = pylog.open(tmp_path, read_only=True)
+def test_read_only_root_refuses_writes(backend: Backend) -> None:
+    with backend.open() as root:
+        root.create_topic("t")
+    ro = backend.open(read_only=True)
     with pytest.raises(PylogError, match="read-only"):
-        ro.create_topic("t")
+        ro.create_topic("u")
     with pytest.raises(LogLockedError.__mro__[1]):
         ro.append("t", [b"x"])
+    ro.close()
+    with backend.open(read_only=True) as again:
+        assert again.topics() == ["t"] and again.read_table("t").num_rows == 0
 
 
 LEGACY_FREE = [e for e in manifest_logs() if not e["expected_corrupt"]]
@@ -153,8 +169,8 @@ def test_kafka_log_dir_without_metadata_opens(tmp_path: Path, entry: dict | None
     assert t.column("key").to_pylist() == [b64(e["key_b64"]) for e in exp]
 
 
-def test_append_with_scalar_timestamp_and_keys(tmp_path: Path) -> None:
-    with pylog.open(tmp_path) as root:
+def test_append_with_scalar_timestamp_and_keys(backend: Backend) -> None:
+    with backend.open() as root:
         root.create_topic("t", partitions=3)
         root.append("t", [b"a", b"b", b"c"], key=[b"1", b"2", b"3"], timestamp=1234)
         t = root.read_table("t")

@@ -1,10 +1,16 @@
-"""Exactly-once publishing: high watermarks, sink batch records, crash at every step."""
+"""Exactly-once publishing: high watermarks, sink batch records, crash at every step.
+
+Tests taking ``backend`` run on local disk and on S3 (tests/conftest.py); the crash-point test
+and the state-file validation are about local files (the object-store commit has its own fault
+tests in test_objectstore_faults.py)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +19,7 @@ import pylog
 from pylog.storage import publish as pub
 from pylog.storage import records
 from pylog.storage.manager import Root, partition_dir
+from tests.conftest import Backend
 
 
 class Crash(Exception):
@@ -36,43 +43,56 @@ def stage(
     return pub.StagedFile(topic, partition, name)
 
 
-def values_of(path: Path, topic: str = "t") -> list[bytes]:
-    with pylog.open(path, read_only=True) as r:
+def values_of(where: Path | Backend, topic: str = "t") -> list[bytes]:
+    """What a new reader sees."""
+    reader = where.open(read_only=True) if isinstance(where, Backend) else pylog.open(where, read_only=True)
+    with reader as r:
         return r.read_table(topic).column("value").to_pylist()
 
 
+def staged_names(backend: Backend, directory: str) -> set[str]:
+    """Staged files a new reader finds in a partition directory."""
+    with backend.open(read_only=True) as r:
+        return {n for n in r.storage.listdir(directory) if n.startswith(pub.STAGE_PREFIX)}
+
+
 @pytest.fixture
-def root(tmp_path: Path) -> Root:
-    r = pylog.open(tmp_path)
+def root(backend: Backend) -> Iterator[Root]:
+    r = backend.open()
     r.create_topic("t", partitions=2)
-    return r
+    yield r
+    r.close()
 
 
-def test_publish_then_replay_is_skipped(root: Root, tmp_path: Path) -> None:
+def test_publish_then_replay_is_skipped(root: Root, backend: Backend) -> None:
     files = [stage(root, "t", 0, "q1", 0, 0, [b"a", b"b"]), stage(root, "t", 1, "q1", 0, 1, [b"c"])]
     out = root.publish("q1", 0, files)
     assert out is not None and {k: v.num_records for k, v in out.items()} == {("t", 0): 2, ("t", 1): 1}
-    assert sorted(values_of(tmp_path)) == [b"a", b"b", b"c"]
+    assert sorted(values_of(backend)) == [b"a", b"b", b"c"]
+    assert staged_names(backend, "t-0") == staged_names(backend, "t-1") == set()
     # Spark replays batch 0 (e.g. the commit log entry was lost): staged again, skipped
     again = [stage(root, "t", 0, "q1", 0, 0, [b"a", b"b"], attempt=1)]
+    assert staged_names(backend, "t-0") == {again[0].name}
     assert root.publish("q1", 0, again) is None
-    assert sorted(values_of(tmp_path)) == [b"a", b"b", b"c"]
-    assert not any(n.startswith(pub.STAGE_PREFIX) for n in (tmp_path / "t-0").iterdir() for n in [n.name])
+    assert sorted(values_of(backend)) == [b"a", b"b", b"c"]
+    assert staged_names(backend, "t-0") == set()  # the replay's staged file is removed too
     assert root.last_committed_batch("q1") == 0 and root.last_committed_batch("other") == -1
     # another sink's batch 0 is its own
     assert root.publish("q2", 0, [stage(root, "t", 0, "q2", 0, 0, [b"d"])]) is not None
     root.close()
-    assert sorted(values_of(tmp_path)) == [b"a", b"b", b"c", b"d"]
+    assert sorted(values_of(backend)) == [b"a", b"b", b"c", b"d"]
+    with backend.open(read_only=True) as r:
+        assert r.last_committed_batch("q1") == 0 and r.last_committed_batch("q2") == 0
 
 
-def test_abandoned_attempts_are_swept(root: Root, tmp_path: Path) -> None:
+def test_abandoned_attempts_are_swept(root: Root, backend: Backend) -> None:
     stage(root, "t", 1, "q1", 3, 0, [b"lost attempt"], attempt=0)  # a failed task's leftovers
     good = stage(root, "t", 1, "q1", 3, 0, [b"x"], attempt=1)
     stage(root, "t", 0, "q1", 4, 0, [b"next batch, not yet committed"])
     root.publish("q1", 3, [good])
-    names = {p.name for d in ("t-0", "t-1") for p in (tmp_path / d).iterdir()}
-    assert pub.stage_name("q1", 3, 0, 0) not in names and pub.stage_name("q1", 4, 0, 0) in names
-    assert values_of(tmp_path) == [b"x"]
+    assert staged_names(backend, "t-1") == set()
+    assert staged_names(backend, "t-0") == {pub.stage_name("q1", 4, 0, 0)}
+    assert values_of(backend) == [b"x"]
 
 
 @pytest.mark.parametrize("step", ["appended", "flushed", "state-written"])
@@ -108,22 +128,26 @@ def test_crash_at_each_step_of_a_publish(tmp_path: Path, step: str) -> None:
         assert any(rec.unpublished_bytes for rec in again.recoveries)
 
 
-def test_append_is_acknowledged_and_visible_to_other_readers(root: Root, tmp_path: Path) -> None:
+def test_append_is_acknowledged_and_visible_to_other_readers(root: Root, backend: Backend) -> None:
     root.append("t", [b"v1"], partition=0)
-    assert values_of(tmp_path) == [b"v1"]
-    lg = root.log("t", 0)
-    lg.append([b"unacknowledged"])  # a raw log append does not move the high watermark
-    assert values_of(tmp_path) == [b"v1"]
+    assert values_of(backend) == [b"v1"]
+    lg = root.writable_log("t", 0)
+    # a raw log append does not move the high watermark (on an object store it is not even
+    # committed: it is outside any transaction)
+    lg.append([b"unacknowledged"])
+    assert values_of(backend) == [b"v1"]
     state = pub.read_state(root.storage)
     assert state.high_watermarks[("t", 0)] == 1 and state.high_watermarks[("t", 1)] == 0
+    root.append("t", [b"v2"], partition=1)
+    assert sorted(values_of(backend)) == [b"v1", b"v2"]
 
 
 CONCURRENT = textwrap.dedent("""
-    import sys, pylog
+    import json, sys, pylog
     from pylog.storage import publish as pub, records
-    root_dir, sink, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    root_dir, options, sink, n = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], int(sys.argv[4])
     for batch in range(n):
-        r = pylog.open(root_dir, lock_timeout=60)
+        r = pylog.open(root_dir, options or None, lock_timeout=60)
         r._ensure_writer()
         files = []
         for p in range(2):
@@ -136,21 +160,27 @@ CONCURRENT = textwrap.dedent("""
 """)
 
 
-def test_two_writer_processes_publish_concurrently(root: Root, tmp_path: Path) -> None:
+def test_two_writer_processes_publish_concurrently(root: Root, backend: Backend) -> None:
+    """Local disk: the writers take turns on the lock; object store: they race to commit."""
     root.close()
+    options = json.dumps(backend.options)
+    n = 8 if backend.is_local else 3  # object store: keep the run short (each batch is a few round trips)
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", CONCURRENT, str(tmp_path), s, "8"], stderr=subprocess.PIPE, text=True
+            [sys.executable, "-c", CONCURRENT, backend.url, options, s, str(n)],
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for s in ("qa", "qb")
     ]
     for p in procs:
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
-    with pylog.open(tmp_path, read_only=True) as r:
-        t = r.read_table("t")
+    r = backend.open(read_only=True)
+    t = r.read_table("t")
     vals = t.column("value").to_pylist()
-    assert len(vals) == len(set(vals)) == 2 * 8 * 2 * 5
+    assert len(vals) == len(set(vals)) == 2 * n * 2 * 5
+    assert r.last_committed_batch("qa") == r.last_committed_batch("qb") == n - 1
     for p in range(2):
         offs = r.read_table("t", [p]).column("offset").to_pylist()
         assert offs == list(range(len(offs)))

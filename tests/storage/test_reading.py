@@ -1,10 +1,13 @@
 """The Python API's reads (``pylog.storage.reading``): offset and time ranges, streamed batches,
-pandas, bad arguments, and the broker-written Kafka fixtures read exactly."""
+pandas, bad arguments, and the broker-written Kafka fixtures read exactly.
+
+Every test but the Kafka fixture ones (broker log dirs copied to disk) runs on local disk and on
+S3 (tests/conftest.py); the data the range tests read is written once per module and backend."""
 
 from __future__ import annotations
 
 import shutil
-import tempfile
+import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -22,6 +25,7 @@ from pylog.storage.errors import ConfigError, CorruptRecordError, OffsetOutOfRan
 from pylog.storage.log import Log
 from pylog.storage.maintenance import maintain
 from pylog.storage.manager import TABLE_SCHEMA, Root
+from tests.conftest import BUCKET, Backend
 from tests.kafka_fixtures import b64, expected_records, manifest_logs, require_fixtures
 
 T0 = 1_700_000_000_000
@@ -30,12 +34,13 @@ PARTITIONS = 3
 SMALL_LOGS = {"segment.bytes": 2048, "index.interval.bytes": 128}  # many segments and index entries
 
 
-def _fill(path: Path, timestamps: np.ndarray, *, chunk: int = 37) -> None:
-    """``len(timestamps)`` keyed records with headers, appended ``chunk`` at a time (many batches)."""
-    with pylog.open(path) as root:
-        root.create_topic(TOPIC, PARTITIONS, config=SMALL_LOGS)
-        n = len(timestamps)
-        headers = [[{"key": "i", "value": b"%d" % i}] if i % 3 == 0 else [] for i in range(n)]
+def _fill(where: Backend, timestamps: np.ndarray, *, chunk: int = 37) -> None:
+    """``len(timestamps)`` keyed records with headers, appended ``chunk`` at a time (many batches),
+    as one transaction (an object store then has the segments local disk has, not one per append)."""
+    n = len(timestamps)
+    headers = [[{"key": "i", "value": b"%d" % i}] if i % 3 == 0 else [] for i in range(n)]
+
+    def appends(root: Root) -> None:
         for lo in range(0, n, chunk):
             hi = min(n, lo + chunk)
             root.append(
@@ -50,36 +55,50 @@ def _fill(path: Path, timestamps: np.ndarray, *, chunk: int = 37) -> None:
                 ),
             )
 
+    with where.open() as root:
+        root.create_topic(TOPIC, PARTITIONS, config=SMALL_LOGS)
+        root.transaction(lambda: appends(root))
 
-@pytest.fixture(scope="module")
-def ordered(tmp_path_factory: pytest.TempPathFactory) -> Path:
+
+def _module_backend(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, name: str
+) -> Backend:
+    """A root shared by the tests of this module: ``backend`` of tests/conftest.py, module-scoped."""
+    if request.param == "local":
+        return Backend("local", str(tmp_path_factory.mktemp(name)))
+    server = request.getfixturevalue("s3_server")
+    return Backend("s3", f"s3://{BUCKET}/{name}-{uuid.uuid4().hex[:12]}", dict(server.options), server)
+
+
+@pytest.fixture(scope="module", params=["local", "s3"])
+def ordered(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Backend:
     """600 records whose timestamps grow with their offsets (a few equal neighbours)."""
-    path = tmp_path_factory.mktemp("ordered")
-    _fill(path, T0 + (np.arange(600) // 2) * 10)
-    return path
+    where = _module_backend(request, tmp_path_factory, "ordered")
+    _fill(where, T0 + (np.arange(600) // 2) * 10)
+    return where
 
 
-@pytest.fixture(scope="module")
-def shuffled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+@pytest.fixture(scope="module", params=["local", "s3"])
+def shuffled(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Backend:
     """600 records whose timestamps go back and forth (Kafka does not order them)."""
-    path = tmp_path_factory.mktemp("shuffled")
+    where = _module_backend(request, tmp_path_factory, "shuffled")
     rng = np.random.default_rng(7)
-    _fill(path, T0 + rng.integers(0, 3000, 600) + np.arange(600) * 2)
-    return path
+    _fill(where, T0 + rng.integers(0, 3000, 600) + np.arange(600) * 2)
+    return where
 
 
 @pytest.fixture(params=["reader", "writer"])
 def open_root(request: pytest.FixtureRequest) -> Iterator[Any]:
     """Open a root as a reader (no lock: the logs are opened read-only) or as its writer (once
     per test: hypothesis's examples share it)."""
-    roots: dict[Path, Root] = {}
+    roots: dict[str, Root] = {}
 
-    def opener(path: Path) -> Root:
-        if path not in roots:
-            roots[path] = pylog.open(path, read_only=request.param == "reader")
+    def opener(where: Backend) -> Root:
+        if where.url not in roots:
+            roots[where.url] = where.open(read_only=request.param == "reader")
             if request.param == "writer":
-                roots[path].writable_log(TOPIC, 0)  # takes the writer lock: logs recovered, writable
-        return roots[path]
+                roots[where.url].writable_log(TOPIC, 0)  # the writer: logs recovered, writable
+        return roots[where.url]
 
     yield opener
     for root in roots.values():
@@ -122,7 +141,7 @@ time_points = st.one_of(st.none(), st.integers(T0 - 100, T0 + 4500))
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(start=time_points, end=time_points)
-def test_time_range_equals_brute_force(shuffled: Path, open_root: Any, start: Any, end: Any) -> None:
+def test_time_range_equals_brute_force(shuffled: Backend, open_root: Any, start: Any, end: Any) -> None:
     root = open_root(shuffled)
     if start is not None and end is not None and end < start:
         start, end = end, start
@@ -134,7 +153,7 @@ def test_time_range_equals_brute_force(shuffled: Path, open_root: Any, start: An
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(start=time_points, end=time_points)
 def test_ordered_time_range_is_a_timestamp_filter(
-    ordered: Path, open_root: Any, start: Any, end: Any
+    ordered: Backend, open_root: Any, start: Any, end: Any
 ) -> None:
     """With timestamps in offset order, a time range holds exactly the records of that time."""
     root = open_root(ordered)
@@ -151,8 +170,8 @@ def test_ordered_time_range_is_a_timestamp_filter(
     assert got.equals(full.filter(pa.array(keep)))
 
 
-def test_time_range_mixes_with_offsets_and_partitions(shuffled: Path) -> None:
-    root = pylog.open(shuffled, read_only=True)
+def test_time_range_mixes_with_offsets_and_partitions(shuffled: Backend) -> None:
+    root = shuffled.open(read_only=True)
     full = root.read_table(TOPIC)
     start = T0 + 900
     got = root.read_table(TOPIC, [2, 0], start_timestamp=start, end_offset=150)
@@ -165,8 +184,8 @@ def test_time_range_mixes_with_offsets_and_partitions(shuffled: Path) -> None:
     assert root.read_table(TOPIC, start_offset=20, end_timestamp=T0 - 1).num_rows == 0
 
 
-def test_timestamps_as_datetimes(ordered: Path) -> None:
-    root = pylog.open(ordered, read_only=True)
+def test_timestamps_as_datetimes(ordered: Backend) -> None:
+    root = ordered.open(read_only=True)
     want = root.read_table(TOPIC, start_timestamp=T0 + 1000, end_timestamp=T0 + 2000)
     assert want.num_rows == 200
     aware = datetime.fromtimestamp(T0 / 1000, timezone.utc)
@@ -187,10 +206,10 @@ def test_timestamps_as_datetimes(ordered: Path) -> None:
     assert got.equals(want)
 
 
-def test_offsets_behave_as_before(ordered: Path) -> None:
+def test_offsets_behave_as_before(ordered: Backend) -> None:
     """Without timestamps: all records from the log start, a start below it starts there, the
     end is exclusive and capped at the log end offset."""
-    root = pylog.open(ordered, read_only=True)
+    root = ordered.open(read_only=True)
     full = root.read_table(TOPIC)
     assert full.num_rows == 600 and full.schema == TABLE_SCHEMA
     for p in range(PARTITIONS):
@@ -205,13 +224,13 @@ def test_offsets_behave_as_before(ordered: Path) -> None:
     assert "headers" not in root.read_table(TOPIC, include_headers=False).column_names
 
 
-def test_ranges_start_at_the_log_start_offset_after_retention(tmp_path: Path) -> None:
+def test_ranges_start_at_the_log_start_offset_after_retention(backend: Backend) -> None:
     old = T0 - 30 * 86_400_000  # a month before ``now``: due for deletion under retention.ms
-    _fill(tmp_path, np.concatenate([np.full(300, old), np.full(30, T0)]))
-    with pylog.open(tmp_path) as root:
+    _fill(backend, np.concatenate([np.full(300, old), np.full(30, T0)]))
+    with backend.open() as root:
         root.alter_config(TOPIC, {"retention.ms": 86_400_000})
         maintain(root, now=T0, compaction=False)
-    root = pylog.open(tmp_path, read_only=True)
+    root = backend.open(read_only=True)
     starts = {p: root.log(TOPIC, p).log_start_offset for p in range(PARTITIONS)}
     assert any(s > 0 for s in starts.values()), "retention deleted no segment"
     full = root.read_table(TOPIC)
@@ -245,7 +264,7 @@ ranges = st.fixed_dictionaries(
     include_headers=st.booleans(),
 )
 def test_batches_concatenate_to_the_table(
-    shuffled: Path,
+    shuffled: Backend,
     open_root: Any,
     bounds: dict[str, int],
     partitions: Any,
@@ -274,10 +293,12 @@ def test_batches_concatenate_to_the_table(
     assert got.equals(want)
 
 
-def test_batches_are_read_a_bounded_amount_at_a_time(ordered: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_batches_are_read_a_bounded_amount_at_a_time(
+    ordered: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Streaming never reads the whole range at once: nothing is read before the first batch is
     asked for, one fetch of ``max_bytes`` per step after, and Log.read_table is not used."""
-    root = pylog.open(ordered, read_only=True)
+    root = ordered.open(read_only=True)
     want = root.read_table(TOPIC)
     fetched: list[int] = []
     original = Log.iter_record_sets
@@ -303,9 +324,9 @@ def test_batches_are_read_a_bounded_amount_at_a_time(ordered: Path, monkeypatch:
     assert max(b.num_rows for b in rest) <= 16
 
 
-def test_batches_fix_their_range_when_called(tmp_path: Path) -> None:
+def test_batches_fix_their_range_when_called(backend: Backend) -> None:
     """Records appended while the batches are consumed are not read (the end is fixed)."""
-    with pylog.open(tmp_path) as root:
+    with backend.open() as root:
         root.create_topic(TOPIC, 1)
         root.append(TOPIC, [b"%d" % i for i in range(100)])
         it = root.read_batches(TOPIC, max_records=10)
@@ -316,8 +337,8 @@ def test_batches_fix_their_range_when_called(tmp_path: Path) -> None:
         assert root.read_table(TOPIC).num_rows == 150
 
 
-def test_batches_of_an_empty_range_and_topic(tmp_path: Path) -> None:
-    with pylog.open(tmp_path) as root:
+def test_batches_of_an_empty_range_and_topic(backend: Backend) -> None:
+    with backend.open() as root:
         root.create_topic("empty", 2)
         assert list(root.read_batches("empty")) == []
         assert root.read_table("empty").schema == TABLE_SCHEMA
@@ -329,9 +350,9 @@ def test_batches_of_an_empty_range_and_topic(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- pandas
 
 
-def test_to_pandas(ordered: Path) -> None:
+def test_to_pandas(ordered: Backend) -> None:
     pytest.importorskip("pandas")
-    root = pylog.open(ordered, read_only=True)
+    root = ordered.open(read_only=True)
     df = root.to_pandas(TOPIC, [1], start_timestamp=T0 + 1000, end_timestamp=T0 + 2000)
     want = root.read_table(TOPIC, [1], start_timestamp=T0 + 1000, end_timestamp=T0 + 2000)
     assert list(df.columns) == TABLE_SCHEMA.names
@@ -369,9 +390,9 @@ def test_to_pandas(ordered: Path) -> None:
     ],
 )
 def test_bad_arguments_are_refused_clearly(
-    ordered: Path, kwargs: dict[str, Any], error: type[Exception], match: str
+    ordered: Backend, kwargs: dict[str, Any], error: type[Exception], match: str
 ) -> None:
-    root = pylog.open(ordered, read_only=True)
+    root = ordered.open(read_only=True)
     args = dict(kwargs)
     topic = args.pop("topic", TOPIC)
     partitions = args.pop("partitions", None)
@@ -384,8 +405,8 @@ def test_bad_arguments_are_refused_clearly(
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True, None])
-def test_bad_batch_sizes(ordered: Path, bad: Any) -> None:
-    root = pylog.open(ordered, read_only=True)
+def test_bad_batch_sizes(ordered: Backend, bad: Any) -> None:
+    root = ordered.open(read_only=True)
     with pytest.raises(ConfigError, match="max_records must be a positive integer"):
         root.read_batches(TOPIC, max_records=bad)
     with pytest.raises(ConfigError, match="max_bytes must be a positive integer"):
@@ -450,9 +471,9 @@ def test_kafka_fixture_with_a_bad_crc_is_refused(tmp_path: Path) -> None:
             list(root.read_batches(entry["topic"]))
 
 
-def test_a_table_appended_is_read_back_identically() -> None:
+def test_a_table_appended_is_read_back_identically(backend: Backend) -> None:
     """What ``append`` takes in Spark's columns comes back unchanged, headers and all."""
-    with tempfile.TemporaryDirectory() as d, pylog.open(d) as root:
+    with backend.open() as root:
         root.create_topic("t", 2)
         table = pa.table(
             {
