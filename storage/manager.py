@@ -19,14 +19,13 @@ at broker start.  ``close()`` flushes, writes the checkpoints and the clean-shut
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import logging
 import os
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -39,32 +38,16 @@ from pylog.storage.errors import ConfigError, CorruptCheckpointError, LogLockedE
 from pylog.storage.fs import LocalStorage, Storage
 from pylog.storage.loader import Recovery, load_log
 from pylog.storage.log import AppendInfo, Log
-from pylog.storage.objectfs import CommitConflictError, ObjectStorage
+from pylog.storage.objectfs import ObjectStorage
 from pylog.storage.objectstore import is_object_url
 from pylog.storage.partitioner import partition_for_keys
+from pylog.storage.txn import CLEAN_SHUTDOWN, Transactions, mutation
 
 log = logging.getLogger("pylog.storage")
 
 TOPICS_FILE = "pylog-topics.json"
-CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
 LOCK_FILE = ".lock"
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
-COMMIT_ATTEMPTS = 50
-"""How often an operation on an object store is re-run after losing a commit race."""
-
-T = TypeVar("T")
-
-
-def _mutation(fn: Callable[..., T]) -> Callable[..., T]:
-    """A public operation that changes the root: one atomic transaction on an object store."""
-
-    @functools.wraps(fn)
-    def run(self: Root, *args: Any, **kwargs: Any) -> T:
-        return self.transaction(lambda: fn(self, *args, **kwargs))
-
-    return run
-
-
 TIMESTAMP_TYPE = pa.timestamp("ms", tz="UTC")
 TABLE_SCHEMA = pa.schema(
     [
@@ -104,7 +87,7 @@ def kafka_columns(t: pa.Table, topic: str, partition: int) -> pa.Table:
     )
 
 
-class Root:
+class Root(Transactions):
     """Topics under one directory.  Use :func:`pylog.open`."""
 
     def __init__(self, storage: Storage, *, read_only: bool = False, lock_timeout: float = 0.0):
@@ -174,7 +157,7 @@ class Root:
                 f"topics: {', '.join(self.topics()) or 'none'}"
             ) from None
 
-    @_mutation
+    @mutation
     def create_topic(
         self,
         name: str,
@@ -212,7 +195,7 @@ class Root:
             self._state.high_watermarks[(name, p)] = self.log(name, p).log_end_offset
         pub.write_state(self.storage, self._state)
 
-    @_mutation
+    @mutation
     def add_partitions(self, topic: str, count: int) -> int:
         """Add ``count`` partitions to ``topic`` (Kafka's ``CreatePartitions``; partitions are
         never removed, and keys may map to other partitions afterwards).  Returns the new total."""
@@ -229,7 +212,7 @@ class Root:
         pub.write_state(self.storage, self._state)
         return old + count
 
-    @_mutation
+    @mutation
     def alter_config(self, topic: str, config: Mapping[str, Any]) -> None:
         """Merge Kafka topic configs into ``topic``'s configuration."""
         self._ensure_writer()
@@ -317,7 +300,7 @@ class Root:
 
     # ------------------------------------------------------------------ data
 
-    @_mutation
+    @mutation
     def append(
         self,
         topic: str,
@@ -463,7 +446,7 @@ class Root:
         """The last batch id ``sink_id`` published (-1 if none)."""
         return pub.read_state(self.storage).sinks.get(pub.validate_sink_id(sink_id), -1)
 
-    @_mutation
+    @mutation
     def publish(
         self, sink_id: str, batch_id: int, staged: list[pub.StagedFile]
     ) -> dict[tuple[str, int], AppendInfo] | None:
@@ -641,102 +624,6 @@ class Root:
             end_timestamp=end_timestamp,
             include_headers=include_headers,
         )
-
-    # ------------------------------------------------------------------ transactions (object stores)
-
-    @property
-    def transactional(self) -> bool:
-        """True on an object store: every change is published by one manifest commit."""
-        return bool(getattr(self.storage, "transactional", False))
-
-    def transaction(self, fn: Callable[[], T]) -> T:
-        """Run ``fn`` (which changes this root through its methods or logs) as one atomic change.
-
-        On local disk this is just ``fn()``: Kafka's mechanisms make each step durable.  On an
-        object store the changes are published together by one manifest commit when ``fn``
-        returns; if another writer committed first, the newest state is loaded and ``fn`` runs
-        again (so it must decide from what it reads, as every Root method does); if ``fn``
-        raises, nothing of it is published.  Nested calls join the outer transaction."""
-        st = self.storage
-        if not isinstance(st, ObjectStorage) or self._txn_depth:
-            return fn()
-        for attempt in range(COMMIT_ATTEMPTS):
-            self._txn_depth += 1
-            st.begin()
-            try:
-                result = fn()
-                self._commit_transaction(st)
-                return result
-            except CommitConflictError as e:
-                log.info("%s; running the operation again on the newest state", e)
-                self._end_transaction(st, refresh=True)
-                time.sleep(min(0.5, 0.01 * 2**attempt) * (0.5 + (attempt % 7) / 7))
-            except BaseException:
-                self._end_transaction(st, refresh=False)
-                raise
-            finally:
-                self._txn_depth -= 1
-        raise PylogError(
-            f"{st.describe()}: gave up after {COMMIT_ATTEMPTS} attempts: other writers kept committing "
-            "first; nothing of this operation was published"
-        )
-
-    def _commit_transaction(self, st: ObjectStorage) -> None:
-        if self._writer is not None:
-            for lg in self._logs.values():
-                if not lg.read_only and lg._failed is None and lg.active.size > 0:
-                    lg.roll()  # objects are never appended to: seal what this commit wrote
-            for lg in self._logs.values():
-                lg.close()
-            self.checkpoint()
-            self.storage.write_atomic(CLEAN_SHUTDOWN, b'{"version":0,"brokerEpoch":-1}')
-        self._logs.clear()
-        if st.commit():
-            self.commits += 1
-        self._reload()
-
-    def _end_transaction(self, st: ObjectStorage, *, refresh: bool) -> None:
-        """Drop what the transaction changed (and maybe load the newest state)."""
-        for lg in self._logs.values():
-            lg._failed = lg._failed or PylogError("transaction discarded")
-            with contextlib.suppress(Exception):
-                lg.close()
-        self._logs.clear()
-        if refresh:
-            st.refresh()
-        else:
-            st.rollback()
-        self._reload()
-
-    def _reload(self) -> None:
-        """State from the storage's current tree (after a commit, a rollback or a refresh)."""
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-        self._failed = None
-        self._had_clean_shutdown = False
-        self._recovery_points = {}
-        self._start_offsets = {}
-        with contextlib.suppress(CorruptCheckpointError):
-            self._start_offsets = ckpt.read_offsets(self.storage, ckpt.LOG_START_OFFSET)
-        self._meta = self._read_meta()
-        self._state = pub.read_state(self.storage)
-
-    def refresh(self) -> None:
-        """See what other writers published since this root was opened (object stores; on
-        local disk, reopen the root)."""
-        if isinstance(self.storage, ObjectStorage) and not self._txn_depth:
-            for lg in self._logs.values():
-                lg.close()
-            self._logs.clear()
-            self.storage.refresh()
-            self._reload()
-
-    def sweep_orphans(self, now_ms: int | None = None) -> int:
-        """Delete objects no manifest refers to, older than the delete delay (object stores)."""
-        if isinstance(self.storage, ObjectStorage):
-            return self.storage.sweep_orphans(now_ms)
-        return 0
 
     # ------------------------------------------------------------------ lifecycle
 

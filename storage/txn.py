@@ -1,0 +1,162 @@
+"""Transactions of a root on an object store (the ``Root`` side of :mod:`objectfs`).
+
+On local disk a change of a root is made durable step by step with Kafka's mechanisms, and
+:meth:`Transactions.transaction` just runs the function.  On an object store every public
+operation that changes the root (``create_topic``, ``append``, ``publish``, maintenance...) runs
+as one transaction: its file changes collect in :class:`~pylog.storage.objectfs.ObjectStorage`'s
+working tree, the logs it wrote are sealed (an object is never appended to), and one manifest
+commit publishes everything.  A commit that loses the race to another writer loads the newest
+state and runs the operation again; an operation that raises publishes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pylog.storage import checkpoint as ckpt
+from pylog.storage import publish as pub
+from pylog.storage.errors import CorruptCheckpointError, PylogError
+from pylog.storage.objectfs import CommitConflictError, ObjectStorage
+
+if TYPE_CHECKING:
+    from pylog.storage.fs import Storage
+    from pylog.storage.log import Log
+
+log = logging.getLogger("pylog.storage")
+
+COMMIT_ATTEMPTS = 50
+"""How often an operation on an object store is re-run after losing a commit race."""
+CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
+
+T = TypeVar("T")
+
+
+def mutation(fn: Callable[..., T]) -> Callable[..., T]:
+    """A public operation that changes the root: one atomic transaction on an object store."""
+
+    @functools.wraps(fn)
+    def run(self: Transactions, *args: Any, **kwargs: Any) -> T:
+        return self.transaction(lambda: fn(self, *args, **kwargs))
+
+    return run
+
+
+class Transactions:
+    """The transaction machinery of :class:`~pylog.storage.manager.Root`."""
+
+    storage: Storage
+    _txn_depth: int
+    commits: int
+    _logs: dict[tuple[str, int], Log]
+    _writer: contextlib.ExitStack | None
+    _failed: BaseException | None
+    _had_clean_shutdown: bool
+    _recovery_points: dict[tuple[str, int], int]
+    _start_offsets: dict[tuple[str, int], int]
+    _meta: dict[str, dict[str, Any]]
+    _state: pub.PublishState
+
+    def checkpoint(self) -> None:  # pragma: no cover - Root's
+        raise NotImplementedError
+
+    def _read_meta(self) -> dict[str, dict[str, Any]]:  # pragma: no cover - Root's
+        raise NotImplementedError
+
+    @property
+    def transactional(self) -> bool:
+        """True on an object store: every change is published by one manifest commit."""
+        return bool(getattr(self.storage, "transactional", False))
+
+    def transaction(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` (which changes this root through its methods or logs) as one atomic change.
+
+        On local disk this is just ``fn()``: Kafka's mechanisms make each step durable.  On an
+        object store the changes are published together by one manifest commit when ``fn``
+        returns; if another writer committed first, the newest state is loaded and ``fn`` runs
+        again (so it must decide from what it reads, as every Root method does); if ``fn``
+        raises, nothing of it is published.  Nested calls join the outer transaction."""
+        st = self.storage
+        if not isinstance(st, ObjectStorage) or self._txn_depth:
+            return fn()
+        for attempt in range(COMMIT_ATTEMPTS):
+            self._txn_depth += 1
+            st.begin()
+            try:
+                result = fn()
+                self._commit_transaction(st)
+                return result
+            except CommitConflictError as e:
+                log.info("%s; running the operation again on the newest state", e)
+                self._end_transaction(st, refresh=True)
+                time.sleep(min(0.5, 0.01 * 2**attempt) * (0.5 + (attempt % 7) / 7))
+            except BaseException:
+                self._end_transaction(st, refresh=False)
+                raise
+            finally:
+                self._txn_depth -= 1
+        raise PylogError(
+            f"{st.describe()}: gave up after {COMMIT_ATTEMPTS} attempts: other writers kept committing "
+            "first; nothing of this operation was published"
+        )
+
+    def _commit_transaction(self, st: ObjectStorage) -> None:
+        if self._writer is not None:
+            for lg in self._logs.values():
+                if not lg.read_only and lg._failed is None and lg.active.size > 0:
+                    lg.roll()  # objects are never appended to: seal what this commit wrote
+            for lg in self._logs.values():
+                lg.close()
+            self.checkpoint()
+            self.storage.write_atomic(CLEAN_SHUTDOWN, b'{"version":0,"brokerEpoch":-1}')
+        self._logs.clear()
+        if st.commit():
+            self.commits += 1
+        self._reload()
+
+    def _end_transaction(self, st: ObjectStorage, *, refresh: bool) -> None:
+        """Drop what the transaction changed (and maybe load the newest state)."""
+        for lg in self._logs.values():
+            lg._failed = lg._failed or PylogError("transaction discarded")
+            with contextlib.suppress(Exception):
+                lg.close()
+        self._logs.clear()
+        if refresh:
+            st.refresh()
+        else:
+            st.rollback()
+        self._reload()
+
+    def _reload(self) -> None:
+        """State from the storage's current tree (after a commit, a rollback or a refresh)."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        self._failed = None
+        self._had_clean_shutdown = False
+        self._recovery_points = {}
+        self._start_offsets = {}
+        with contextlib.suppress(CorruptCheckpointError):
+            self._start_offsets = ckpt.read_offsets(self.storage, ckpt.LOG_START_OFFSET)
+        self._meta = self._read_meta()
+        self._state = pub.read_state(self.storage)
+
+    def refresh(self) -> None:
+        """See what other writers published since this root was opened (object stores; on
+        local disk, reopen the root)."""
+        if isinstance(self.storage, ObjectStorage) and not self._txn_depth:
+            for lg in self._logs.values():
+                lg.close()
+            self._logs.clear()
+            self.storage.refresh()
+            self._reload()
+
+    def sweep_orphans(self, now_ms: int | None = None) -> int:
+        """Delete objects no manifest refers to, older than the delete delay (object stores)."""
+        if isinstance(self.storage, ObjectStorage):
+            return self.storage.sweep_orphans(now_ms)
+        return 0
