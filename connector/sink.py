@@ -56,6 +56,7 @@ from pylog.storage.config import LogConfig, validate_topic_name
 from pylog.storage.errors import ConfigError
 from pylog.storage.fs import StorageError
 from pylog.storage.manager import Root, partition_dir
+from pylog.storage.objectfs import ObjectStorage
 from pylog.storage.partitioner import partition_for_keys
 
 SINK_OPTIONS = {
@@ -372,9 +373,10 @@ def _task_ids() -> tuple[int, int, int | None]:
 
 
 CRASH_ENV = "PYLOG_TEST_CRASH_AT_STEP"
-"""Testing hook: when set to a publish step name ("appended", "flushed", "state-written"), the
-process exits abruptly at that step of a sink commit (crash-point tests of the exactly-once
-protocol).  Never set it in production."""
+"""Testing hook: when set to a publish step name ("appended", "flushed", "state-written"; on an
+object store also the manifest commit's "uploaded", "manifest-created", "committed"), the process
+exits abruptly at that step of a sink commit (crash-point tests of the exactly-once protocol).
+Never set it in production."""
 
 
 def publish(opts: SinkOptions, messages: list[Any], batch_id: int, *, overwrite: bool = False) -> None:
@@ -385,10 +387,24 @@ def publish(opts: SinkOptions, messages: list[Any], batch_id: int, *, overwrite:
     with _open(opts, read_only=False) as root:
         crash_at = os.environ.get(CRASH_ENV)
         if crash_at:
-            root.step_hook = lambda step: os._exit(137) if step == crash_at else None
-        if overwrite:
-            _truncate_topics(root, {f.topic for f in staged} | ({opts.topic} if opts.topic else set()))
-        root.publish(opts.sink_id, batch_id, staged)
+
+            def crash(step: str) -> None:
+                if step == crash_at:
+                    os._exit(137)
+
+            root.step_hook = crash
+            if isinstance(root.storage, ObjectStorage):  # the steps of its manifest commit
+                root.storage.step_hook = crash
+
+        def commit() -> None:
+            # a replayed batch publishes nothing, so it must not truncate either
+            if overwrite and batch_id > root.last_committed_batch(opts.sink_id):
+                _truncate_topics(root, {f.topic for f in staged} | ({opts.topic} if opts.topic else set()))
+            root.publish(opts.sink_id, batch_id, staged)
+
+        # one atomic change on an object store: the truncation of an overwrite and the publish
+        # are committed (or, after losing a race to another writer, run again) together
+        root.transaction(commit)
         if opts.maintenance:
             _maintain(root, {(f.topic, f.partition) for f in staged}, opts.maintenance_budget_ms)
 

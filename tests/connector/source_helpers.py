@@ -1,20 +1,26 @@
-"""Helpers of the source tests: writing logs with pylog.storage, running streaming queries."""
+"""Helpers of the source tests: writing logs with pylog.storage, running streaming queries.
+
+The Spark helpers take the root as a :class:`~tests.conftest.Backend` (local disk or S3) or a
+local path.  The writing helpers take an open Root; their writes below its public methods
+(``writable_log(...).append_batches``, ``_acknowledge``) run inside ``root.transaction``: on an
+object store that is what commits them (one manifest each)."""
 
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
-import pylog
 from pylog.storage import records
-from pylog.storage.manager import Root
+from pylog.storage.manager import TOPICS_FILE, Root, partition_dir
+
+if TYPE_CHECKING:
+    from tests.conftest import Backend
 
 T0 = 1_700_000_000_000  # record timestamps start here (ms)
 HEADERS = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
@@ -35,8 +41,10 @@ def append(
     visible: bool = True,
 ) -> list[bytes]:
     """Append ``n`` records to one partition (in appends of ``chunk`` records, each at least one
-    batch); values name topic, partition and offset, timestamps default to T0 + offset.  With
-    ``visible=False`` readers do not see them until :func:`publish` (the high watermark)."""
+    batch, each one commit on an object store); values name topic, partition and offset,
+    timestamps default to T0 + offset.  With ``visible=False`` readers do not see them until
+    :func:`publish` (the high watermark); on an object store that is only possible inside one
+    ``root.transaction`` holding both (there, nothing is appended but not acknowledged)."""
     start = root.writable_log(topic, partition).log_end_offset
     vals = [value(topic, partition, start + i) for i in range(n)]
     stamps = (
@@ -66,58 +74,93 @@ def append(
 
 def publish(root: Root, topic: str, partition: int) -> None:
     """Make appended records visible to readers (move the high watermark)."""
-    root._acknowledge([(topic, partition)])
+
+    def ack() -> None:
+        root.writable_log(topic, partition)
+        root._acknowledge([(topic, partition)])
+
+    root.transaction(ack)
 
 
 def append_at(root: Root, topic: str, partition: int, offsets: list[int], **encode: Any) -> None:
     """Append one batch per contiguous run of ``offsets`` at exactly those offsets (gaps as a
-    compacted log has them)."""
-    lg = root.writable_log(topic, partition)
-    runs: list[list[int]] = []
-    for o in offsets:
-        if runs and runs[-1][-1] + 1 == o:
-            runs[-1].append(o)
-        else:
-            runs.append([o])
-    for run in runs:
-        enc = records.encode(
-            pa.array([value(topic, partition, o) for o in run]),
-            key=pa.array([b"k%d" % o for o in run]),
-            timestamp=T0 + np.array(run, np.int64),
-            base_offset=run[0],
-            **encode,
-        )
-        lg.append_batches(enc.tobytes(), assign_offsets=False)
-    publish(root, topic, partition)
+    compacted log has them); one commit on an object store."""
+
+    def write() -> None:
+        lg = root.writable_log(topic, partition)
+        runs: list[list[int]] = []
+        for o in offsets:
+            if runs and runs[-1][-1] + 1 == o:
+                runs[-1].append(o)
+            else:
+                runs.append([o])
+        for run in runs:
+            enc = records.encode(
+                pa.array([value(topic, partition, o) for o in run]),
+                key=pa.array([b"k%d" % o for o in run]),
+                timestamp=T0 + np.array(run, np.int64),
+                base_offset=run[0],
+                **encode,
+            )
+            lg.append_batches(enc.tobytes(), assign_offsets=False)
+        publish(root, topic, partition)
+
+    root.transaction(write)
 
 
 def control_batch(
     root: Root, topic: str, partition: int, offset: int, *, producer_id: int, commit: bool
 ) -> None:
     """A transaction marker (COMMIT or ABORT control record) at ``offset``."""
-    lg = root.writable_log(topic, partition)
-    enc = records.encode(
-        pa.array([b"\x00\x00\x00\x00\x00\x00"]),
-        key=pa.array([b"\x00\x00\x00\x01" if commit else b"\x00\x00\x00\x00"]),
-        timestamp=np.array([T0 + offset]),
-        base_offset=offset,
-        is_control=True,
-        is_transactional=True,
-        producer_id=producer_id,
-        producer_epoch=0,
-    )
-    lg.append_batches(enc.tobytes(), assign_offsets=False)
-    publish(root, topic, partition)
+
+    def write() -> None:
+        enc = records.encode(
+            pa.array([b"\x00\x00\x00\x00\x00\x00"]),
+            key=pa.array([b"\x00\x00\x00\x01" if commit else b"\x00\x00\x00\x00"]),
+            timestamp=np.array([T0 + offset]),
+            base_offset=offset,
+            is_control=True,
+            is_transactional=True,
+            producer_id=producer_id,
+            producer_epoch=0,
+        )
+        root.writable_log(topic, partition).append_batches(enc.tobytes(), assign_offsets=False)
+        publish(root, topic, partition)
+
+    root.transaction(write)
 
 
-def delete_topic(path: Path, topic: str) -> None:
-    """Remove a topic as another tool would (metadata and directories); no writer may be open."""
-    meta = path / "pylog-topics.json"
-    doc = json.loads(meta.read_text())
-    n = doc["topics"].pop(topic)["partitions"]
-    meta.write_text(json.dumps(doc))
-    for p in range(n):
-        shutil.rmtree(path / f"{topic}-{p}", ignore_errors=True)
+def remove_partition(root: Root, topic: str, partition: int) -> None:
+    """Remove a partition's files and directory as another tool would, leaving the topic's
+    metadata (one commit on an object store); ``root`` must have no log open."""
+
+    def drop() -> None:
+        _remove_dir(root, partition_dir(topic, partition))
+
+    root.transaction(drop)
+
+
+def delete_topic(root: Root, topic: str) -> None:
+    """Remove a topic as another tool would (metadata and partitions; one commit on an object
+    store); ``root`` must have no log open (on local disk no writer may be open at all)."""
+
+    def drop() -> None:
+        st = root.storage
+        doc = json.loads(st.read(TOPICS_FILE))
+        n = doc["topics"].pop(topic)["partitions"]
+        st.write_atomic(TOPICS_FILE, json.dumps(doc).encode())
+        for p in range(n):
+            _remove_dir(root, partition_dir(topic, p))
+
+    root.transaction(drop)
+
+
+def _remove_dir(root: Root, d: str) -> None:
+    st = root.storage
+    for name in st.listdir(d):
+        st.delete(f"{d}/{name}")
+    if st.isdir(d):
+        st.rmdir(d)
 
 
 class Collector:
@@ -150,17 +193,29 @@ class Collector:
             return [len(self.attempts[b][-1]) for b in sorted(self.attempts)]
 
 
-def reader(spark: Any, path: Path, *, stream: bool = True, **options: str) -> Any:
+def spark_options(where: Backend | Path) -> dict[str, str]:
+    """``path`` (and the ``storage.*`` options) of a root given as a Backend or a local path."""
+    if isinstance(where, Path):
+        return {"path": str(where)}
+    return where.spark_options()
+
+
+def reader(spark: Any, where: Backend | Path, *, stream: bool = True, **options: str) -> Any:
     r = spark.readStream if stream else spark.read
-    return r.format("pylog").option("path", str(path)).options(**options).load()
+    return r.format("pylog").options(**spark_options(where)).options(**options).load()
 
 
 def run_available_now(
-    spark: Any, path: Path, checkpoint: Path, collector: Collector, timeout: float = 120, **options: str
+    spark: Any,
+    where: Backend | Path,
+    checkpoint: Path,
+    collector: Collector,
+    timeout: float = 120,
+    **options: str,
 ) -> Any:
     """Run a query with Trigger.AvailableNow to its end; raises the query's exception."""
     q = (
-        reader(spark, path, **options)
+        reader(spark, where, **options)
         .writeStream.foreachBatch(collector)
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
@@ -176,10 +231,12 @@ def run_available_now(
     return q
 
 
-def start_stream(spark: Any, path: Path, checkpoint: Path, collector: Collector, **options: str) -> Any:
+def start_stream(
+    spark: Any, where: Backend | Path, checkpoint: Path, collector: Collector, **options: str
+) -> Any:
     """Start a query with a short processing-time trigger (use processAllAvailable / stop)."""
     return (
-        reader(spark, path, **options)
+        reader(spark, where, **options)
         .writeStream.foreachBatch(collector)
         .option("checkpointLocation", str(checkpoint))
         .trigger(processingTime="50 milliseconds")
@@ -198,7 +255,3 @@ def forget_batch(checkpoint: Path, batch_id: int, *, keep_offsets: bool = True) 
             n = int(name)
             if n > batch_id or (n == batch_id and (sub == "commits" or not keep_offsets)):
                 f.unlink()
-
-
-def open_writer(path: Path) -> Root:
-    return pylog.open(path)

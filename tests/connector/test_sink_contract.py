@@ -16,15 +16,28 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-import pylog
 from pylog.connector import sink
 from pylog.storage.errors import ConfigError
 from pylog.storage.partitioner import partition_for_keys
+from tests.conftest import Backend
 
 
-def opts(tmp_path: Path, **extra: str) -> sink.SinkOptions:
-    raw = {"path": str(tmp_path), "topic": "t", "checkpointLocation": str(tmp_path / "ck"), **extra}
+def opts(where: Path | Backend, **extra: str) -> sink.SinkOptions:
+    """Sink options for a root given as a local path or a Backend (path and storage.* options)."""
+    root = {"path": str(where)} if isinstance(where, Path) else where.spark_options()
+    raw = {**root, "topic": "t", "checkpointLocation": "/checkpoints/q1", **extra}
     return sink.parse_sink_options(raw, streaming=True)
+
+
+def staged_files(backend: Backend) -> list[str]:
+    """Staged files left in the partitions of topic t (local disk or object store alike)."""
+    with backend.open(read_only=True) as r:
+        return [
+            name
+            for p in range(r.partitions("t"))
+            for name in r.storage.listdir(f"t-{p}")
+            if name.startswith(".pylog-stage")
+        ]
 
 
 def schema(*cols: tuple[str, object]) -> StructType:
@@ -69,16 +82,20 @@ def test_schema_errors_name_the_column(tmp_path: Path, cols: list, message: str)
         sink.check_schema(schema(*cols), opts(tmp_path))
 
 
-def test_topic_is_required_and_created_only_when_asked(tmp_path: Path) -> None:
-    no_topic = sink.parse_sink_options({"path": str(tmp_path)}, streaming=False)
+def test_topic_is_required_and_created_only_when_asked(backend: Backend) -> None:
+    no_topic = sink.parse_sink_options(backend.spark_options(), streaming=False)
     with pytest.raises(sink.SinkSchemaError, match="no topic"):
         sink.check_schema(schema(("value", BinaryType())), no_topic)
     sink.check_schema(schema(("value", BinaryType()), ("topic", StringType())), no_topic)
     with pytest.raises(ConfigError, match=r"does not exist.*partitions"):
-        sink.prepare_topics(opts(tmp_path))
-    assert not (tmp_path / "t-0").exists()  # nothing written
-    sink.prepare_topics(opts(tmp_path, partitions="3", **{"segment.bytes": "100000"}))
-    with pylog.open(tmp_path, read_only=True) as r:
+        sink.prepare_topics(opts(backend))
+    if backend.is_local:
+        assert not (Path(backend.url) / "t-0").exists()  # nothing written
+    else:
+        with pytest.raises(Exception, match="no pylog root here"):
+            backend.open(read_only=True)  # nothing written: not even a first manifest
+    sink.prepare_topics(opts(backend, partitions="3", **{"segment.bytes": "100000"}))
+    with backend.open(read_only=True) as r:
         assert r.partitions("t") == 3 and r.config("t").segment_bytes == 100000
     sink.check_schema(
         schema(
@@ -88,12 +105,12 @@ def test_topic_is_required_and_created_only_when_asked(tmp_path: Path) -> None:
             ("timestamp", TimestampType()),
             ("headers", ArrayType(schema(("key", StringType()), ("value", BinaryType())))),
         ),
-        opts(tmp_path),
+        opts(backend),
     )
 
 
-def test_stage_publish_replay_and_partitioning(tmp_path: Path) -> None:
-    o = opts(tmp_path, partitions="4")
+def test_stage_publish_replay_and_partitioning(backend: Backend) -> None:
+    o = opts(backend, partitions="4")
     sink.prepare_topics(o)
     keys = [f"user-{i}".encode() for i in range(50)]
     rb = pa.record_batch(
@@ -101,36 +118,36 @@ def test_stage_publish_replay_and_partitioning(tmp_path: Path) -> None:
     )
     m0 = sink.stage_task(iter([rb.slice(0, 30)]), o, 0, 0, 0)
     m1 = sink.stage_task(iter([rb.slice(30)]), o, 0, 1, 0)
-    with pylog.open(tmp_path, read_only=True) as r:
+    with backend.open(read_only=True) as r:
         assert r.read_table("t").num_rows == 0  # staged data is invisible
     sink.publish(o, [m0, m1], 0)
     sink.publish(o, [m0, m1], 0)  # replayed commit: skipped
-    with pylog.open(tmp_path, read_only=True) as r:
+    with backend.open(read_only=True) as r:
         t = r.read_table("t")
     assert t.num_rows == 55
     keyed = t.filter(pa.compute.is_valid(t.column("key")))
     assert keyed.column("partition").to_pylist() == partition_for_keys(keyed.column("key"), 4).tolist()
     nulls = t.filter(pa.compute.is_null(t.column("key")))
     assert set(nulls.column("partition").to_pylist()) == {1 % 4}  # task 1's sticky partition
-    assert not any(p.name.startswith(".pylog-stage") for d in tmp_path.glob("t-*") for p in d.iterdir())
+    assert staged_files(backend) == []
 
 
-def test_topic_column_explicit_partitions_and_abort(tmp_path: Path) -> None:
-    with pylog.open(tmp_path) as root:
+def test_topic_column_explicit_partitions_and_abort(backend: Backend) -> None:
+    with backend.open() as root:
         root.create_topic("a", 2)
         root.create_topic("b", 1)
-    o = sink.parse_sink_options({"path": str(tmp_path), "checkpointLocation": "x"}, streaming=True)
+    o = sink.parse_sink_options({**backend.spark_options(), "checkpointLocation": "x"}, streaming=True)
     rb = pa.record_batch(
         {"topic": ["a", "b", "a"], "partition": pa.array([1, None, 0], pa.int32()), "value": ["x", "y", "z"]}
     )
     m = sink.stage_task(iter([rb]), o, 5, 0, 0)
     sink.discard(o, [m])  # abort: the staged files go, nothing is published
     sink.publish(o, [], 5)
-    with pylog.open(tmp_path, read_only=True) as r:
+    with backend.open(read_only=True) as r:
         assert r.read_table("a").num_rows == 0
     m = sink.stage_task(iter([rb]), o, 6, 0, 0)
     sink.publish(o, [m], 6)
-    with pylog.open(tmp_path, read_only=True) as r:
+    with backend.open(read_only=True) as r:
         a = r.read_table("a")
         assert sorted(zip(a.column("partition").to_pylist(), a.column("value").to_pylist(), strict=True)) == [
             (0, b"z"),
@@ -142,13 +159,13 @@ def test_topic_column_explicit_partitions_and_abort(tmp_path: Path) -> None:
         sink.stage_task(iter([bad]), o, 7, 0, 0)
 
 
-def test_overwrite_hides_earlier_records_and_keeps_offsets_growing(tmp_path: Path) -> None:
-    o = opts(tmp_path, partitions="1")
+def test_overwrite_hides_earlier_records_and_keeps_offsets_growing(backend: Backend) -> None:
+    o = opts(backend, partitions="1")
     sink.prepare_topics(o)
     sink.publish(o, [sink.stage_task(iter([pa.record_batch({"value": ["old1", "old2"]})]), o, 0, 0, 0)], 0)
     sink.publish(
         o, [sink.stage_task(iter([pa.record_batch({"value": ["new"]})]), o, 1, 0, 0)], 1, overwrite=True
     )
-    with pylog.open(tmp_path, read_only=True) as r:
+    with backend.open(read_only=True) as r:
         t = r.read_table("t")
     assert t.column("value").to_pylist() == [b"new"] and t.column("offset").to_pylist() == [2]

@@ -11,8 +11,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-import pylog
 from pylog.connector.source import DefaultSource, read_committed_supported
+from tests.conftest import Backend
 from tests.connector.source_helpers import T0, append, append_at, control_batch, reader, value
 from tests.kafka_fixtures import b64, expected_records, manifest_logs, require_fixtures
 
@@ -23,11 +23,10 @@ KAFKA_SCHEMA = (
 HEADERS = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 
 
-@pytest.fixture(scope="module")
-def events(tmp_path_factory: pytest.TempPathFactory) -> Path:
+@pytest.fixture
+def events(backend: Backend) -> Backend:
     """Topics ``events`` (3 partitions: 40, 25 and 10 records) and ``other`` (1 partition, 5)."""
-    path = tmp_path_factory.mktemp("events")
-    with pylog.open(path) as root:
+    with backend.open() as root:
         root.create_topic("events", 3)
         root.create_topic("other", 1)
         for p, n in enumerate((40, 25, 10)):
@@ -45,7 +44,7 @@ def events(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 }
             ),
         )
-    return path
+    return backend
 
 
 def collect(df: Any) -> list[tuple[Any, ...]]:
@@ -55,7 +54,7 @@ def collect(df: Any) -> list[tuple[Any, ...]]:
     )
 
 
-def test_schema_and_rows_are_the_kafka_sources(spark: Any, events: Path) -> None:
+def test_schema_and_rows_are_the_kafka_sources(spark: Any, events: Backend) -> None:
     df = reader(spark, events, stream=False, subscribe="other")  # registered automatically (pyspark_pylog)
     assert df.schema.simpleString() == KAFKA_SCHEMA
     got = df.orderBy("offset").selectExpr("*", "unix_millis(timestamp) ms").collect()
@@ -69,12 +68,12 @@ def test_schema_and_rows_are_the_kafka_sources(spark: Any, events: Path) -> None
     assert [(h.key, h.value) for h in first.headers] == [("h", b"x"), ("g", None)]
 
 
-def test_explicit_registration_works_too(spark: Any, events: Path) -> None:
+def test_explicit_registration_works_too(spark: Any, events: Backend) -> None:
     spark.dataSource.register(DefaultSource)
     assert reader(spark, events, stream=False, subscribe="other").count() == 5
 
 
-def test_subscriptions_offsets_timestamps_and_partitioning(spark: Any, events: Path) -> None:
+def test_subscriptions_offsets_timestamps_and_partitioning(spark: Any, events: Backend) -> None:
     everything = collect(reader(spark, events, stream=False, subscribePattern=".*"))
     assert len(everything) == 80
     assert collect(reader(spark, events, stream=False, subscribe="events,other")) == everything
@@ -119,7 +118,7 @@ def test_subscriptions_offsets_timestamps_and_partitioning(spark: Any, events: P
     assert collect(split) == collect(reader(spark, events, stream=False, subscribe="events"))
 
 
-def test_filter_pushdown_is_exact_and_narrows_the_scan(spark: Any, events: Path) -> None:
+def test_filter_pushdown_is_exact_and_narrows_the_scan(spark: Any, events: Backend) -> None:
     query = (
         "topic = 'events' and partition in (0, 1) and offset >= 10 and offset < 30 "
         "and timestamp >= timestamp'2023-11-14 14:13:20.015' "
@@ -142,55 +141,63 @@ def test_filter_pushdown_is_exact_and_narrows_the_scan(spark: Any, events: Path)
     assert tasks == 2 and results["false"][1] == 4  # pushdown kept 2 of the 4 topic-partitions
 
 
-def test_fail_on_data_loss_in_batch(spark: Any, tmp_path: Path) -> None:
-    with pylog.open(tmp_path) as root:
+def test_fail_on_data_loss_in_batch(spark: Any, backend: Backend) -> None:
+    with backend.open() as root:
         root.create_topic("t", 1, config={"segment.bytes": 500})
         append(root, "t", 0, 60, chunk=10)
-        lg = root.writable_log("t", 0)
-        lg.delete_segments(lg.segments[:2])
-        first = lg.log_start_offset
-    df = reader(spark, tmp_path, stream=False, subscribe="t", startingOffsets='{"t":{"0":0}}')
+
+        def retain() -> int:
+            lg = root.writable_log("t", 0)
+            lg.delete_segments(lg.segments[:2])
+            return lg.log_start_offset
+
+        first = root.transaction(retain)
+    df = reader(spark, backend, stream=False, subscribe="t", startingOffsets='{"t":{"0":0}}')
     with pytest.raises(Exception, match="are gone: the log starts at offset"):
         df.collect()
     lenient = reader(
-        spark, tmp_path, stream=False, subscribe="t", startingOffsets='{"t":{"0":0}}', failOnDataLoss="false"
+        spark, backend, stream=False, subscribe="t", startingOffsets='{"t":{"0":0}}', failOnDataLoss="false"
     )
     assert [r.offset for r in lenient.orderBy("offset").collect()] == list(range(first, 60))
-    assert reader(spark, tmp_path, stream=False, subscribe="t").count() == 60 - first  # earliest = log start
+    assert reader(spark, backend, stream=False, subscribe="t").count() == 60 - first  # earliest = log start
 
 
-def test_gaps_and_control_records_in_batch(spark: Any, tmp_path: Path) -> None:
-    with pylog.open(tmp_path) as root:
+def test_gaps_and_control_records_in_batch(spark: Any, backend: Backend) -> None:
+    with backend.open() as root:
         root.create_topic("t", 1)
         append_at(root, "t", 0, [0, 1, 5, 9])
         control_batch(root, "t", 0, 10, producer_id=3, commit=True)
         append_at(root, "t", 0, [20])
-    df = reader(spark, tmp_path, stream=False, subscribe="t", minPartitions="4")
+    df = reader(spark, backend, stream=False, subscribe="t", minPartitions="4")
     assert [r.offset for r in df.orderBy("offset").collect()] == [0, 1, 5, 9, 20]
 
 
 @pytest.mark.skipif(
     not read_committed_supported(), reason="storage has no transaction-aware reads (issue #4)"
 )
-def test_read_committed_in_batch(spark: Any, tmp_path: Path) -> None:
+def test_read_committed_in_batch(spark: Any, backend: Backend) -> None:
     from pylog.storage import records
 
-    with pylog.open(tmp_path) as root:
+    with backend.open() as root:
         root.create_topic("t", 1)
         append_at(root, "t", 0, [0])
         enc = records.encode(
             pa.array([b"aborted"]), base_offset=1, is_transactional=True, producer_id=4, producer_epoch=0
         )
-        root.writable_log("t", 0).append_batches(enc.tobytes(), assign_offsets=False)
-        control_batch(root, "t", 0, 2, producer_id=4, commit=False)
+
+        def aborted() -> None:  # the aborted batch and its marker (made visible by the marker)
+            root.writable_log("t", 0).append_batches(enc.tobytes(), assign_offsets=False)
+            control_batch(root, "t", 0, 2, producer_id=4, commit=False)
+
+        root.transaction(aborted)
         append_at(root, "t", 0, [3])
-    committed = reader(spark, tmp_path, stream=False, subscribe="t", isolationLevel="read_committed")
+    committed = reader(spark, backend, stream=False, subscribe="t", isolationLevel="read_committed")
     assert [r.offset for r in committed.collect()] == [0, 3]
     kafka_name = reader(
-        spark, tmp_path, stream=False, subscribe="t", **{"kafka.isolation.level": "read_committed"}
+        spark, backend, stream=False, subscribe="t", **{"kafka.isolation.level": "read_committed"}
     )
     assert kafka_name.count() == 2
-    assert reader(spark, tmp_path, stream=False, subscribe="t").count() == 3
+    assert reader(spark, backend, stream=False, subscribe="t").count() == 3
 
 
 BAD_AT_LOAD = [
@@ -214,12 +221,12 @@ def test_bad_options_fail_at_load(spark: Any, tmp_path: Path) -> None:
             r.format("pylog").options(**{k: v for k, v in opts.items() if v is not None}).load()
 
 
-def test_mode_specific_options_fail_when_the_query_is_planned(spark: Any, events: Path) -> None:
+def test_mode_specific_options_fail_when_the_query_is_planned(spark: Any, events: Backend) -> None:
     """A Python data source is not told at load() whether it is read as a batch or a stream."""
     with pytest.raises(Exception, match="starting offset can't be latest for batch queries"):
         reader(spark, events, stream=False, subscribe="events", startingOffsets="latest").collect()
     with pytest.raises(Exception, match="fixed schema"):
-        spark.read.format("pylog").schema("value binary").option("path", str(events)).option(
+        spark.read.format("pylog").schema("value binary").options(**events.spark_options()).option(
             "subscribe", "events"
         ).load().collect()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
 from pyspark.sql.datasource import (
@@ -36,6 +36,7 @@ from pylog.connector.progress import consumer_lag, read_consumer_offsets
 from pylog.connector.pushdown import Bounds, push_filters
 from pylog.connector.source import plan_batch
 from pylog.connector.stream import StreamReader
+from tests.conftest import Backend
 from tests.connector.source_helpers import T0, append, delete_topic
 
 # ============================================================================ admission control
@@ -127,12 +128,14 @@ def test_max_records_per_partition() -> None:
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> pylog.Root:
-    rt = pylog.open(tmp_path / "root")
+def root(backend: Backend) -> Iterator[pylog.Root]:
+    """A writer on the test's root (``backend``): topic t, partitions of 50 and 20 records."""
+    rt = backend.open()
     rt.create_topic("t", partitions=2)
     append(rt, "t", 0, 50)
     append(rt, "t", 1, 20)
-    return rt
+    yield rt
+    rt.close()
 
 
 def test_offsets_json_is_sorted_and_round_trips() -> None:
@@ -141,8 +144,8 @@ def test_offsets_json_is_sorted_and_round_trips() -> None:
     assert from_json(json.dumps(doc)) == {("a", 2): 1, ("b", 9): "timestamp:7", ("b", 10): 5}
 
 
-def test_bounded_resolution_does_not_drift(root: pylog.Root, tmp_path: Path) -> None:
-    view = RootView(str(tmp_path / "root"))
+def test_bounded_resolution_does_not_drift(root: pylog.Root, backend: Backend) -> None:
+    view = RootView(backend.url, backend.options)
     ts = f"timestamp:{T0 + 45}"
     assert resolve(view, ("t", 0), -1) == 50 and resolve(view, ("t", 0), -2) == 0
     assert resolve(view, ("t", 0), ts) == 45
@@ -159,18 +162,18 @@ def test_bounded_resolution_does_not_drift(root: pylog.Root, tmp_path: Path) -> 
     assert resolve(view, ("t", 0), late, bound=50) == 50
 
 
-def test_timestamp_lookup_sees_the_unindexed_tail_of_a_live_log(root: pylog.Root, tmp_path: Path) -> None:
+def test_timestamp_lookup_sees_the_unindexed_tail_of_a_live_log(root: pylog.Root, backend: Backend) -> None:
     """A reader beside a live writer: the newest records are not in the time index yet."""
     append(root, "t", 1, 3, ts=[T0 + 10**6] * 3)  # the writer keeps the root open
-    view = RootView(str(tmp_path / "root"))
+    view = RootView(backend.url, backend.options)
     assert resolve(view, ("t", 1), f"timestamp:{T0 + 10**6}") == 20
 
 
 # ============================================================================ the stream reader
 
 
-def stream(path: Path, **kw: str) -> StreamReader:
-    o = {"path": str(path), "subscribe": "t", **kw}
+def stream(backend: Backend, **kw: str) -> StreamReader:
+    o = {**backend.spark_options(), "subscribe": "t", **kw}
     return StreamReader(parse_options({k.lower(): v for k, v in o.items()}).for_stream())
 
 
@@ -180,8 +183,7 @@ def ranges_of(reader: StreamReader, start: dict, end: dict) -> list[tuple[str, i
     ]
 
 
-def test_initial_offset_is_the_same_on_every_call_and_run(root: pylog.Root, tmp_path: Path) -> None:
-    path = tmp_path / "root"
+def test_initial_offset_is_the_same_on_every_call_and_run(root: pylog.Root, backend: Backend) -> None:
     for kw, initial in [
         ({}, {"t": {"0": -1, "1": -1}}),
         ({"startingOffsets": "earliest"}, {"t": {"0": -2, "1": -2}}),
@@ -191,21 +193,21 @@ def test_initial_offset_is_the_same_on_every_call_and_run(root: pylog.Root, tmp_
         ),
         ({"startingOffsets": '{"t":{"0":3,"1":-2}}'}, {"t": {"0": 3, "1": -2}}),
     ]:
-        first = stream(path, **kw)
+        first = stream(backend, **kw)
         start = first.initialOffset()
         assert start == initial and first.initialOffset() == start
         end = first.latestOffset(start, ReadMaxRows(10))
         planned = ranges_of(first, start, end)
         append(root, "t", 0, 5, ts=[T0 + 11] * 5)  # data arrives before batch 0 is replayed
-        replay = stream(path, **kw)  # a new process: Spark asks initialOffset() again
+        replay = stream(backend, **kw)  # a new process: Spark asks initialOffset() again
         assert replay.initialOffset() == start
         assert ranges_of(replay, replay.initialOffset(), end) == planned
 
 
 def test_latest_offset_rate_limits_and_plans_new_partitions_from_zero(
-    root: pylog.Root, tmp_path: Path
+    root: pylog.Root, backend: Backend
 ) -> None:
-    rd = stream(tmp_path / "root", startingOffsets="earliest", maxOffsetsPerTrigger="7", minPartitions="3")
+    rd = stream(backend, startingOffsets="earliest", maxOffsetsPerTrigger="7", minPartitions="3")
     assert rd.getDefaultReadLimit() == ReadMaxRows(7)
     start = rd.initialOffset()
     end = rd.latestOffset(start, ReadMaxRows(7))
@@ -220,8 +222,8 @@ def test_latest_offset_rate_limits_and_plans_new_partitions_from_zero(
     assert ranges_of(rd, {"t": {"0": 50, "1": 20}}, end2) == [("t", 2, 0, 1), ("t", 2, 1, 2), ("t", 2, 2, 4)]
 
 
-def test_min_offsets_per_trigger_waits_for_enough_data(root: pylog.Root, tmp_path: Path) -> None:
-    rd = stream(tmp_path / "root", minOffsetsPerTrigger="10", maxTriggerDelay="1h")
+def test_min_offsets_per_trigger_waits_for_enough_data(root: pylog.Root, backend: Backend) -> None:
+    rd = stream(backend, minOffsetsPerTrigger="10", maxTriggerDelay="1h")
     assert rd.getDefaultReadLimit() == ReadMinRows(10)
     start = rd.initialOffset()
     pinned = rd.latestOffset(start, ReadMinRows(10))  # batch 0 of a fresh query is never delayed
@@ -231,38 +233,39 @@ def test_min_offsets_per_trigger_waits_for_enough_data(root: pylog.Root, tmp_pat
     append(root, "t", 1, 6)
     assert rd.latestOffset(pinned, ReadMinRows(10)) == {"t": {"0": 54, "1": 26}}
     append(root, "t", 0, 1)
-    impatient = stream(tmp_path / "root", minOffsetsPerTrigger="10", maxTriggerDelay="0ms")
+    impatient = stream(backend, minOffsetsPerTrigger="10", maxTriggerDelay="0ms")
     impatient.latestOffset(impatient.initialOffset(), ReadMinRows(10))
     assert impatient.latestOffset(pinned, ReadMinRows(10)) == {"t": {"0": 55, "1": 26}}  # delay passed
 
 
 def test_available_now_stops_at_the_target_and_fails_if_partitions_vanish(
-    root: pylog.Root, tmp_path: Path
+    root: pylog.Root, backend: Backend
 ) -> None:
-    rd = stream(tmp_path / "root", startingOffsets="earliest")
+    rd = stream(backend, startingOffsets="earliest")
     rd.prepareForTriggerAvailableNow()
     append(root, "t", 0, 10)
     assert rd.latestOffset(rd.initialOffset(), ReadAllAvailable()) == {"t": {"0": 50, "1": 20}}
     root.close()
-    delete_topic(tmp_path / "root", "t")
+    with backend.open() as writer:
+        delete_topic(writer, "t")
     with pytest.raises(Exception, match=r"Trigger.AvailableNow: .* gone: t-0, t-1"):
         rd.latestOffset({"t": {"0": 50, "1": 20}}, ReadAllAvailable())
 
 
 def test_offsets_going_backwards_and_vanished_partitions_are_data_loss(
-    root: pylog.Root, tmp_path: Path
+    root: pylog.Root, backend: Backend
 ) -> None:
-    rd = stream(tmp_path / "root", startingOffsets="earliest")
+    rd = stream(backend, startingOffsets="earliest")
     with pytest.raises(DataLossError, match="t-0: offset was changed from 60 to 50"):
         rd.partitions({"t": {"0": 60, "1": 0}}, {"t": {"0": 50, "1": 20}})
     with pytest.raises(DataLossError, match="topic-partitions t-1 are gone"):
         rd.partitions({"t": {"0": 0, "1": 0}}, {"t": {"0": 50}})
-    lenient = stream(tmp_path / "root", startingOffsets="earliest", failOnDataLoss="false")
+    lenient = stream(backend, startingOffsets="earliest", failOnDataLoss="false")
     assert ranges_of(lenient, {"t": {"0": 60, "1": 0}}, {"t": {"0": 50, "1": 20}}) == [("t", 1, 0, 20)]
 
 
-def test_commit_records_consumed_offsets_for_describe(root: pylog.Root, tmp_path: Path) -> None:
-    rd = stream(tmp_path / "root", groupId="dash")
+def test_commit_records_consumed_offsets_for_describe(root: pylog.Root, backend: Backend) -> None:
+    rd = stream(backend, groupId="dash")
     rd.initialOffset()
     rd.commit({"t": {"0": 30, "1": 20}})
     consumed = read_consumer_offsets(root.storage)
@@ -270,18 +273,17 @@ def test_commit_records_consumed_offsets_for_describe(root: pylog.Root, tmp_path
     assert consumer_lag(consumed["dash"], {("t", 0): 50, ("t", 1): 20, ("t", 2): 3}) == {
         ("t", 0): 20, ("t", 1): 0, ("t", 2): 3
     }  # fmt: skip
-    assert sorted(pylog.open(tmp_path / "root", read_only=True).topics()) == ["t"]  # not a topic
+    with backend.open(read_only=True) as r:
+        assert sorted(r.topics()) == ["t"]  # not a topic
     rd.stop()
 
 
 # ============================================================================ batch planning and pushdown
 
 
-def test_batch_ranges_and_starting_ending_options(root: pylog.Root, tmp_path: Path) -> None:
+def test_batch_ranges_and_starting_ending_options(root: pylog.Root, backend: Backend) -> None:
     def plan(**kw: str) -> list[tuple[int, int, int]]:
-        o = parse_options(
-            {k.lower(): v for k, v in {"path": str(tmp_path / "root"), **kw}.items()}
-        ).for_batch()
+        o = parse_options({k.lower(): v for k, v in {**backend.spark_options(), **kw}.items()}).for_batch()
         return [(t.partition, t.start, t.end) for t in plan_batch(o)]
 
     assert plan(subscribe="t") == [(0, 0, 50), (1, 0, 20)]
@@ -330,7 +332,7 @@ def test_filters_fold_into_bounds_exactly() -> None:
     assert b2.timestamp_lo == b2.timestamp_hi
 
 
-def test_pushed_timestamp_bounds_use_the_time_index(root: pylog.Root, tmp_path: Path) -> None:
-    o = parse_options({"path": str(tmp_path / "root"), "subscribe": "t"}).for_batch()
+def test_pushed_timestamp_bounds_use_the_time_index(root: pylog.Root, backend: Backend) -> None:
+    o = parse_options({**backend.spark_options(), "subscribe": "t"}).for_batch()
     tasks = plan_batch(o, Bounds(timestamp_lo=T0 + 15, partition_lo=1))
     assert [(t.partition, t.start, t.end, t.min_timestamp) for t in tasks] == [(1, 15, 20, T0 + 15)]

@@ -3,15 +3,14 @@ and replays, gaps, retention, recreated logs and new partitions (TESTING.md §2,
 
 from __future__ import annotations
 
-import shutil
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-import pylog
 from pylog.connector.progress import read_consumer_offsets
+from tests.conftest import Backend
 from tests.connector.source_helpers import (
     T0,
     Collector,
@@ -21,6 +20,7 @@ from tests.connector.source_helpers import (
     delete_topic,
     forget_batch,
     publish,
+    remove_partition,
     run_available_now,
     start_stream,
     value,
@@ -35,18 +35,18 @@ def no_duplicates(c: Collector) -> list[tuple[Any, ...]]:
 
 
 def test_available_now_rate_limit_and_restart_with_data_added_while_stopped(
-    spark: Any, tmp_path: Path
+    spark: Any, backend: Backend, tmp_path: Path
 ) -> None:
     """E35: maxOffsetsPerTrigger split in proportion to backlog, respected after a restart; data
     added while stopped is read once, with no gap; consumed offsets are recorded for describe."""
-    path, ck = tmp_path / "root", tmp_path / "ck"
-    with pylog.open(path) as root:
+    ck = tmp_path / "ck"
+    with backend.open() as root:
         root.create_topic("t", 3)
         for p, n in enumerate((60, 20, 4)):
             append(root, "t", p, n)
     c = Collector()
     opts = {"subscribe": "t", "startingOffsets": "earliest", "maxOffsetsPerTrigger": "30", "groupId": "q1"}
-    q = run_available_now(spark, path, ck, c, **opts)
+    q = run_available_now(spark, backend, ck, c, **opts)
     sizes = c.batch_sizes()
     assert max(sizes) <= 30 and sum(sizes) == 84
     first = Counter(r[1] for r in c.attempts[0][0])
@@ -55,32 +55,33 @@ def test_available_now_rate_limit_and_restart_with_data_added_while_stopped(
     assert progress["latestOffset"] is not None and '"0": 60' in progress["latestOffset"]
     last = max(c.attempts)
     forget_batch(ck, last)  # crashed before the last batch was committed: it is replayed (E41)
-    with pylog.open(path) as root:  # while the query is stopped
+    with backend.open() as root:  # while the query is stopped
         append(root, "t", 1, 50)
         append(root, "t", 2, 5)
-    run_available_now(spark, path, ck, c, **opts)
+    run_available_now(spark, backend, ck, c, **opts)
     assert len(c.attempts[last]) == 2 and sorted(c.attempts[last][0]) == sorted(c.attempts[last][1])
     assert max(c.batch_sizes()) <= 30
     rows = no_duplicates(c)
     want = {("t", p, o) for p, n in ((0, 60), (1, 70), (2, 9)) for o in range(n)}
     assert {(r[0], r[1], r[2]) for r in rows} == want
     assert all(bytes(r[3]) == value(r[0], r[1], r[2]) for r in rows)
-    with pylog.open(path, read_only=True) as root:  # commit(end) of every batch but the last of a run
+    with backend.open(read_only=True) as root:  # commit(end) of every batch but the last of a run
         consumed = read_consumer_offsets(root.storage)["q1"]
     assert set(consumed) == {("t", 0), ("t", 1), ("t", 2)} and consumed[("t", 0)] == 60
 
 
-def test_processing_time_latest_new_partitions_and_new_topics(spark: Any, tmp_path: Path) -> None:
+def test_processing_time_latest_new_partitions_and_new_topics(
+    spark: Any, backend: Backend, tmp_path: Path
+) -> None:
     """Default startingOffsets=latest; partitions added mid-stream and new topics matching the
     pattern are read from earliest (E38); Long.MAX_VALUE rate limit does not overflow (SPARK-26718)."""
-    path = tmp_path / "root"
-    root = pylog.open(path)
+    root = backend.open()
     root.create_topic("ev-a", 2)
     append(root, "ev-a", 0, 10)
     append(root, "ev-a", 1, 10)
     c = Collector()
     q = start_stream(
-        spark, path, tmp_path / "ck", c, subscribePattern="ev-.*", maxOffsetsPerTrigger=str(2**63 - 1)
+        spark, backend, tmp_path / "ck", c, subscribePattern="ev-.*", maxOffsetsPerTrigger=str(2**63 - 1)
     )
     try:
         q.processAllAvailable()
@@ -107,11 +108,11 @@ def test_processing_time_latest_new_partitions_and_new_topics(spark: Any, tmp_pa
 
 
 @pytest.mark.parametrize("start", ["latest", "timestamp", "timestamp-no-match"])
-def test_batch_0_replay_reads_the_same_rows(spark: Any, tmp_path: Path, start: str) -> None:
+def test_batch_0_replay_reads_the_same_rows(spark: Any, backend: Backend, tmp_path: Path, start: str) -> None:
     """initialOffset() is deterministic: a replay of batch 0 after a failure (new process, more
     data in the log) reads exactly the rows of the first attempt (E40, SPARK-24156)."""
-    path, ck = tmp_path / "root", tmp_path / "ck"
-    with pylog.open(path) as root:
+    ck = tmp_path / "ck"
+    with backend.open() as root:
         root.create_topic("t", 2)
         append(root, "t", 0, 30)
         append(root, "t", 1, 30)
@@ -123,25 +124,26 @@ def test_batch_0_replay_reads_the_same_rows(spark: Any, tmp_path: Path, start: s
     else:  # no record that late: start at latest, and stay there when batch 0 is replayed
         opts.update(startingTimestamp=str(T0 + 10**6), startingOffsetsByTimestampStrategy="latest")
     c = Collector()
-    run_available_now(spark, path, ck, c, **opts)
+    run_available_now(spark, backend, ck, c, **opts)
     batch0 = c.attempts[0][0]
     forget_batch(ck, 0)  # crashed after running batch 0, before committing it
-    with pylog.open(path) as root:  # more records arrive, some with matching timestamps
+    with backend.open() as root:  # more records arrive, some with matching timestamps
         stamps = [T0 + 12] * 10 if start == "timestamp" else None
         append(root, "t", 0, 10, ts=stamps)
         append(root, "t", 1, 10, ts=stamps)
-    run_available_now(spark, path, ck, c, **opts)
+    run_available_now(spark, backend, ck, c, **opts)
     assert len(c.attempts[0]) == 2 and sorted(c.attempts[0][1]) == sorted(batch0)
     rows = no_duplicates(c)
     lo = 12 if start == "timestamp" else 30
     assert {(r[1], r[2]) for r in rows} == {(p, o) for p in (0, 1) for o in range(lo, 40)}
 
 
-def test_gaps_control_records_and_batches_without_visible_records(spark: Any, tmp_path: Path) -> None:
+def test_gaps_control_records_and_batches_without_visible_records(
+    spark: Any, backend: Backend, tmp_path: Path
+) -> None:
     """E39: compaction gaps and transaction markers, including micro-batches whose whole range
     holds no visible record: empty batches, offsets advance, no hang, each record once."""
-    path = tmp_path / "root"
-    with pylog.open(path) as root:
+    with backend.open() as root:
         root.create_topic("t", 1)
         append_at(root, "t", 0, [0, 1, 2])
         control_batch(root, "t", 0, 3, producer_id=7, commit=True)
@@ -149,32 +151,43 @@ def test_gaps_control_records_and_batches_without_visible_records(spark: Any, tm
         control_batch(root, "t", 0, 39, producer_id=7, commit=False)
     c = Collector()
     run_available_now(
-        spark, path, tmp_path / "ck", c, subscribe="t", startingOffsets="earliest", maxOffsetsPerTrigger="5"
+        spark,
+        backend,
+        tmp_path / "ck",
+        c,
+        subscribe="t",
+        startingOffsets="earliest",
+        maxOffsetsPerTrigger="5",
     )
     assert [r[2] for r in no_duplicates(c)] == [0, 1, 2, 4, 20, 21, 38]
     assert c.batch_sizes().count(0) >= 3  # [5,10), [10,15), [15,20), [25,30)... hold nothing visible
 
 
 @pytest.mark.parametrize("fail_on_data_loss", [True, False])
-def test_retention_under_a_running_query(spark: Any, tmp_path: Path, fail_on_data_loss: bool) -> None:
+def test_retention_under_a_running_query(
+    spark: Any, backend: Backend, tmp_path: Path, fail_on_data_loss: bool
+) -> None:
     """E36: offsets removed by retention before the query read them: failOnDataLoss=true fails
     with a data-loss message; false goes on from the log start with no duplicated record."""
-    path = tmp_path / "root"
-    root = pylog.open(path)
+    root = backend.open()
     root.create_topic("t", 1, config={"segment.bytes": 500})
     append(root, "t", 0, 20, chunk=10)
     c = Collector()
     opts = {"subscribe": "t", "startingOffsets": "earliest", "failOnDataLoss": str(fail_on_data_loss).lower()}
-    q = start_stream(spark, path, tmp_path / "ck", c, **opts)
+    q = start_stream(spark, backend, tmp_path / "ck", c, **opts)
     try:
         q.processAllAvailable()
         assert len(c.rows()) == 20
-        append(root, "t", 0, 60, chunk=10, visible=False)
-        lg = root.writable_log("t", 0)
-        lg.delete_segments(lg.segments[:-2])  # retention passes the query's position (20)
-        first = lg.log_start_offset
+
+        def append_and_retain() -> int:  # the query sees the new records and the retention at once
+            append(root, "t", 0, 60, chunk=10, visible=False)
+            lg = root.writable_log("t", 0)
+            lg.delete_segments(lg.segments[:-2])  # retention passes the query's position (20)
+            publish(root, "t", 0)
+            return lg.log_start_offset
+
+        first = root.transaction(append_and_retain)
         assert first > 20
-        publish(root, "t", 0)  # the query sees the new records and the retention at once
         if fail_on_data_loss:
             with pytest.raises(Exception, match="are gone: the log starts at offset"):
                 q.processAllAvailable()
@@ -188,19 +201,18 @@ def test_retention_under_a_running_query(spark: Any, tmp_path: Path, fail_on_dat
     assert [r[2] for r in no_duplicates(c)] == list(range(20)) + list(range(first, 85))
 
 
-def test_log_deleted_and_recreated_offsets_go_backwards(spark: Any, tmp_path: Path) -> None:
+def test_log_deleted_and_recreated_offsets_go_backwards(spark: Any, backend: Backend, tmp_path: Path) -> None:
     """E37: a log deleted and recreated so offsets go backwards is detected and fails the query."""
-    path = tmp_path / "root"
-    with pylog.open(path) as root:
+    with backend.open() as root:
         root.create_topic("t", 1)
         append(root, "t", 0, 30)
     c = Collector()
-    q = start_stream(spark, path, tmp_path / "ck", c, subscribe="t", startingOffsets="earliest")
+    q = start_stream(spark, backend, tmp_path / "ck", c, subscribe="t", startingOffsets="earliest")
     try:
         q.processAllAvailable()
         assert len(c.rows()) == 30
-        shutil.rmtree(path / "t-0")
-        with pylog.open(path) as root:
+        with backend.open() as root:
+            remove_partition(root, "t", 0)
             append(root, "t", 0, 5)
         with pytest.raises(Exception, match=r"t-0: offset was changed from 30 to [05] "):
             q.processAllAvailable()
@@ -208,23 +220,28 @@ def test_log_deleted_and_recreated_offsets_go_backwards(spark: Any, tmp_path: Pa
         q.stop()
 
 
-def test_available_now_fails_when_partitions_disappear(spark: Any, tmp_path: Path) -> None:
+def test_available_now_fails_when_partitions_disappear(spark: Any, backend: Backend, tmp_path: Path) -> None:
     """E38: topic-partitions that vanish during a Trigger.AvailableNow run fail it explicitly."""
-    path = tmp_path / "root"
-    with pylog.open(path) as root:
+    with backend.open() as root:
         root.create_topic("t", 1)
         root.create_topic("u", 1)
         append(root, "t", 0, 20)
         append(root, "u", 0, 20)
     c = Collector()
-    c.hook = lambda batch_id, rows: delete_topic(path, "u") if batch_id == 0 else None
+
+    def hook(batch_id: int, rows: Any) -> None:
+        if batch_id == 0:
+            with backend.open() as root:
+                delete_topic(root, "u")
+
+    c.hook = hook
     with pytest.raises(
         Exception,
         match=r"Trigger.AvailableNow: topic-partitions present when the query started are gone: u-0",
     ):
         run_available_now(
             spark,
-            path,
+            backend,
             tmp_path / "ck",
             c,
             subscribe="t,u",
@@ -233,9 +250,10 @@ def test_available_now_fails_when_partitions_disappear(spark: Any, tmp_path: Pat
         )
 
 
-def test_streaming_only_options_are_checked_when_the_query_starts(spark: Any, tmp_path: Path) -> None:
-    path = tmp_path / "root"
-    with pylog.open(path) as root:
+def test_streaming_only_options_are_checked_when_the_query_starts(
+    spark: Any, backend: Backend, tmp_path: Path
+) -> None:
+    with backend.open() as root:
         root.create_topic("t", 1)
     with pytest.raises(Exception, match="option endingOffsets: ending offset not valid in streaming queries"):
-        run_available_now(spark, path, tmp_path / "ck", Collector(), subscribe="t", endingOffsets="latest")
+        run_available_now(spark, backend, tmp_path / "ck", Collector(), subscribe="t", endingOffsets="latest")
