@@ -169,3 +169,10 @@ def test_overwrite_hides_earlier_records_and_keeps_offsets_growing(backend: Back
     with backend.open(read_only=True) as r:
         t = r.read_table("t")
     assert t.column("value").to_pylist() == [b"new"] and t.column("offset").to_pylist() == [2]
+    # Spark replays the commit of batch 1 (driver restarted after the commit): nothing is
+    # truncated again, nothing published twice
+    m1 = sink.stage_task(iter([pa.record_batch({"value": ["new"]})]), o, 1, 0, 1)
+    sink.publish(o, [m1], 1, overwrite=True)
+    with backend.open(read_only=True) as r:
+        t = r.read_table("t")
+    assert t.column("value").to_pylist() == [b"new"] and t.column("offset").to_pylist() == [2]
