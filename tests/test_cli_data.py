@@ -188,3 +188,46 @@ def test_recover_after_a_crash(tmp_path: Path, capsys: pytest.CaptureFixture[str
     (log,) = report["logs"]
     assert log["truncated_bytes"] == 50 and log["lost_bytes"] == 50
     assert main(["verify", str(tmp_path)]) == 0
+
+
+def test_json_output_of_create_topic_produce_and_consume(
+    backend: Backend, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, opts = backend.url, backend.cli_args()
+    assert (
+        main(
+            [
+                "create-topic",
+                root,
+                *opts,
+                "j",
+                "--partitions",
+                "2",
+                "--config",
+                "cleanup.policy=compact",
+                "--json",
+            ]
+        )
+        == 0
+    )
+    created = json.loads(capsys.readouterr().out)
+    assert created["topic"] == "j" and created["created"] is True and created["partitions"] == 2
+    assert (
+        created["config"]["cleanup.policy"] == "compact"
+        and created["config"]["segment.bytes"] == "1073741824"
+    )
+    assert main(["create-topic", root, *opts, "j", "--if-not-exists", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["created"] is False
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"key": f"k{i}", "value": f"v{i}"}) + "\n" for i in range(20)))
+    assert main(["produce", root, *opts, "j", "--file", str(src), "--json"]) == 0
+    produced = json.loads(capsys.readouterr().out)
+    assert produced["topic"] == "j" and produced["records"] == 20
+    parts = produced["partitions"]
+    assert sum(p["records"] for p in parts.values()) == 20
+    for p in parts.values():  # offsets of a fresh topic: 0 .. records-1 per partition
+        assert (p["first_offset"], p["last_offset"]) == (0, p["records"] - 1)
+    assert main(["consume", root, *opts, "j", "--json", "--format", "kv"]) == 0  # --json wins
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert sorted(x["value"] for x in lines) == sorted(f"v{i}" for i in range(20))
+    assert {str(x["partition"]) for x in lines} == set(parts)
