@@ -6,10 +6,11 @@ raw s3fs put/get of the same bytes, and the S3 requests each micro-batch costs.
 The server is moto's S3 server on 127.0.0.1, started here (no network, no credentials).
 
 - write: what the Spark sink does per micro-batch, minus Spark: two tasks each open the root
-  read-only and PUT their staged records (encoded RecordBatches); the driver opens the root,
-  publishes the batch exactly once (staged objects read, segments uploaded, one manifest
-  created with put-if-absent, staged objects deleted) and runs the embedded maintenance
-  (retention, compaction, merging of small segments, orphan sweeps).
+  read-only and stage their records (encoded RecordBatches; up to 4 MiB a task travel in the
+  commit message, larger stagings are PUT as objects); the driver opens the root, publishes the
+  batch exactly once (staged objects read, segments uploaded, one manifest created with
+  put-if-absent, staged objects deleted) and runs the embedded maintenance (retention,
+  compaction, merging of small segments, orphan sweeps).
   Peer: one ``s3fs.pipe_file`` per partition per micro-batch of the same encoded bytes.
 - read: what the Spark source does per micro-batch: open the root (resolve the newest
   manifest) and read each partition's offset range of that micro-batch into Arrow.
@@ -40,6 +41,7 @@ from pylog.storage.maintenance import maintain
 from pylog.storage.manager import Root, partition_dir
 
 BUCKET = "pylog-bench"
+STAGE_INLINE_BYTES = 4 << 20  # connector.sink.STAGE_INLINE_BYTES (not imported: no pyspark needed)
 PARTITIONS = 2
 TASKS = 2
 
@@ -102,14 +104,21 @@ def write_pylog(url: str, opts: dict[str, str], batches: Batches) -> tuple[float
     t0 = time.perf_counter()
     for b, parts in enumerate(batches):
         staged = []
-        for task in range(TASKS):  # each task stages its share of every partition
+        for task in range(TASKS):  # each task stages its share of every partition, as the sink does
             task_root = pylog.open(url, opts, read_only=True)
-            for p in range(PARTITIONS):
-                name = pub.stage_name("bench", b, task, 0)
-                f = task_root.storage.open_append(f"{partition_dir('t', p)}/{name}")
+            name = pub.stage_name("bench", b, task, 0)
+            files = {
+                p: task_root.storage.open_append(f"{partition_dir('t', p)}/{name}") for p in range(PARTITIONS)
+            }
+            for p, f in files.items():
                 f.write(parts[(task, p)])
-                f.close()
-                staged.append(pub.StagedFile("t", p, name))
+            small = sum(f.size() for f in files.values()) <= STAGE_INLINE_BYTES
+            for p, f in files.items():
+                if small:  # sent to the driver in the commit message
+                    staged.append(pub.StagedFile("t", p, name, f.detach()))
+                else:
+                    f.close()
+                    staged.append(pub.StagedFile("t", p, name))
             requests += requests_of(task_root)
             task_root.close()
         root = pylog.open(url, opts)

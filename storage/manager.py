@@ -464,13 +464,16 @@ class Root(Transactions):
             self.sweep_staged(sink_id, batch_id, topics)
             return None
         out: dict[tuple[str, int], AppendInfo] = {}
-        groups: dict[tuple[str, int], list[str]] = {}
+        groups: dict[tuple[str, int], list[pub.StagedFile]] = {}
         for f in sorted(staged, key=lambda f: (f.topic, f.partition, f.name)):
-            groups.setdefault((f.topic, f.partition), []).append(f.name)
+            groups.setdefault((f.topic, f.partition), []).append(f)
         self._ensure_high_watermarks(list(groups))
         with self._fail_stop(list(groups)):
-            for (topic, p), names in groups.items():
-                data = b"".join(self.storage.read(f"{partition_dir(topic, p)}/{n}") for n in names)
+            for (topic, p), files in groups.items():
+                data = b"".join(
+                    f.data if f.data is not None else self.storage.read(f"{partition_dir(topic, p)}/{f.name}")
+                    for f in files
+                )
                 if data:
                     out[(topic, p)] = self.writable_log(topic, p).append_batches(data, assign_offsets=True)
                 self._step("appended")

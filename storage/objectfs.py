@@ -159,6 +159,11 @@ class _DirectAppend(AppendFile):
             self._closed = True
             self._owner.write_atomic(self._path, bytes(self._buf))
 
+    def detach(self) -> bytes:
+        """The bytes written, and close without writing the object (the caller keeps them)."""
+        self._closed = True
+        return bytes(self._buf)
+
 
 class ObjectStorage(Storage):
     """The file tree of one manifest plus this transaction's changes (see the module doc)."""
@@ -277,9 +282,16 @@ class ObjectStorage(Storage):
         self._reset_working()
 
     def _reset_working(self, keep_deferred: bool = False) -> None:
+        """Working tree = the manifest's.  After our own commit (``keep_deferred``) the listing
+        of direct objects stays (this writer's deletions are applied to it), saving a LIST for
+        the next operation; otherwise it is listed again when needed."""
         self._files = dict(self._base)
         self._dirs = set(self._base_dirs)
-        self._direct = None
+        if keep_deferred and self._direct is not None:
+            for p in self._deferred:
+                self._direct.pop(p, None)
+        else:
+            self._direct = None
         if not keep_deferred:
             self._deferred = []
         self._dirty = False

@@ -105,18 +105,30 @@ def parse_stage_name(name: str) -> tuple[str, int, int, int] | None:
 
 @dataclass(frozen=True)
 class StagedFile:
-    """Where a task staged encoded batches for one partition."""
+    """Where a task staged encoded batches for one partition: a file inside the partition
+    directory, or (small stagings on object stores) the bytes themselves, carried to the
+    driver in the task's commit message instead of a PUT, a GET and a DELETE."""
 
     topic: str
     partition: int
     name: str  # file name inside the partition directory
+    data: bytes | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, object]:
-        return {"topic": self.topic, "partition": self.partition, "name": self.name}
+        d: dict[str, object] = {"topic": self.topic, "partition": self.partition, "name": self.name}
+        if self.data is not None:
+            d["data"] = self.data
+        return d
 
     @staticmethod
     def from_dict(d: Mapping[str, object]) -> StagedFile:
-        return StagedFile(str(d["topic"]), int(d["partition"]), str(d["name"]))  # type: ignore[call-overload]
+        data = d.get("data")
+        return StagedFile(
+            str(d["topic"]),
+            int(d["partition"]),  # type: ignore[call-overload]
+            str(d["name"]),
+            None if data is None else bytes(data),  # type: ignore[call-overload]
+        )
 
 
 __all__ = [

@@ -176,3 +176,29 @@ def test_overwrite_hides_earlier_records_and_keeps_offsets_growing(backend: Back
     with backend.open(read_only=True) as r:
         t = r.read_table("t")
     assert t.column("value").to_pylist() == [b"new"] and t.column("offset").to_pylist() == [2]
+
+
+@pytest.mark.parametrize("inline_limit", [sink.STAGE_INLINE_BYTES, 0])
+def test_object_store_staging_inline_or_as_objects(
+    s3_backend: Backend, monkeypatch: pytest.MonkeyPatch, inline_limit: int
+) -> None:
+    """Small stagings travel in the commit message (no staged object); larger ones are objects,
+    read by the commit and swept after it.  Either way the batch is published exactly once."""
+    monkeypatch.setattr(sink, "STAGE_INLINE_BYTES", inline_limit)
+    o = opts(s3_backend, partitions="2")
+    sink.prepare_topics(o)
+    rb = pa.record_batch({"key": [f"k{i}" for i in range(40)], "value": [f"v{i}" for i in range(40)]})
+    msgs = [
+        sink.stage_task(iter([rb.slice(0, 20)]), o, 0, 0, 0),
+        sink.stage_task(iter([rb.slice(20)]), o, 0, 1, 0),
+    ]
+    carried = [d.get("data") is not None for m in msgs for d in m.staged]
+    assert carried and all(carried) == (inline_limit > 0) and any(carried) == (inline_limit > 0)
+    assert len(staged_files(s3_backend)) == (0 if inline_limit else len(carried))
+    sink.publish(o, msgs, 0)
+    sink.publish(o, msgs, 0)  # a replay: skipped
+    with s3_backend.open(read_only=True) as r:
+        assert sorted(r.read_table("t").column("value").to_pylist()) == sorted(
+            f"v{i}".encode() for i in range(40)
+        )
+    assert staged_files(s3_backend) == []
