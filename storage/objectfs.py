@@ -38,6 +38,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import re
 import threading
 import time
 import uuid
@@ -72,6 +73,10 @@ class CommitConflictError(PylogError):
 
 def manifest_key(number: int) -> str:
     return f"{MANIFESTS}{number:020d}.json"
+
+
+_PYLOG_UPLOAD = re.compile(r"\.[0-9a-f]{16}$")  # what a crashed first commit may have left
+_KAFKA_SEGMENT = re.compile(r"^[A-Za-z0-9._-]+-\d+/\d{20}\.log$")
 
 
 def _manifest_number(key: str) -> int | None:
@@ -187,6 +192,7 @@ class ObjectStorage(Storage):
         self._deferred: list[str] = []
         self._dirty = False
         self.in_transaction = False
+        self.kafka_dir = False
         self.refresh()
 
     @classmethod
@@ -194,7 +200,7 @@ class ObjectStorage(Storage):
         cls, url: str, storage_options: dict[str, Any] | None = None, *, read_only: bool
     ) -> ObjectStorage:
         st = cls(ObjectStore(url, storage_options), read_only=read_only)
-        if read_only and st.number < 0:
+        if read_only and st.number < 0 and not st._load_kafka_dir():
             raise StorageError(
                 f"{url}: no pylog root here (no manifest under {MANIFESTS}); create one with a writer "
                 "(pylog create-topic, or a Spark write with the partitions option)"
@@ -215,6 +221,35 @@ class ObjectStorage(Storage):
         with self._lock:
             doc = self._newest()
             self._load(doc)
+            if doc is None and self.kafka_dir:
+                self._load_kafka_dir()
+
+    def _load_kafka_dir(self) -> bool:
+        """A Kafka log directory copied to the store (``<topic>-<p>/<base>.log`` objects, no
+        manifest): its objects *are* its files, read-only.  False if there is none here."""
+        listing = {k: v for k, v in self.store.list("").items() if not k.startswith("_pylog/")}
+        if not any(_KAFKA_SEGMENT.match(k) for k in listing):
+            return False
+        self._base = {k: _Entry(size, key=k) for k, (size, _, _) in listing.items()}
+        self._base_dirs = {d for k in listing if (d := _parent(k))}
+        self.kafka_dir = True
+        self._reset_working()
+        return True
+
+    def _check_empty_prefix(self) -> None:
+        """A root's first commit: the prefix must hold nothing else, or the orphan sweep would
+        take those objects (a copied Kafka log directory, another dataset) for garbage."""
+        other = sorted(
+            k
+            for k in self.store.list("")
+            if not k.startswith(("_pylog/probe/", DIRECT)) and not _PYLOG_UPLOAD.search(k)
+        )
+        if other:
+            raise StorageError(
+                f"{self.store.url}: holds {len(other)} objects but no pylog manifest (e.g. {other[0]!r}); "
+                "pylog creates a root only under an empty prefix (its sweeps delete objects no manifest "
+                "refers to). A copied Kafka log directory can be read with read_only=True"
+            )
 
     def _newest(self) -> dict[str, Any] | None:
         """The newest manifest.  Manifests are immutable and numbered without gaps, so once this
@@ -335,6 +370,8 @@ class ObjectStorage(Storage):
     def _commit(self, now: int) -> bool:
         if self.read_only:
             raise StorageError(f"{self.store.url}: opened read-only")
+        if self.number < 0:
+            self._check_empty_prefix()
         self.store.probe()
         n = self.number + 1
         token = uuid.uuid4().hex

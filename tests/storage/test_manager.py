@@ -19,6 +19,7 @@ import pytest
 import pylog
 from pylog.storage import checkpoint as ckpt
 from pylog.storage.errors import ConfigError, LogLockedError, PylogError
+from pylog.storage.fs import StorageError
 from pylog.storage.manager import CLEAN_SHUTDOWN, TABLE_SCHEMA, TOPICS_FILE
 from pylog.storage.partitioner import partition_for_keys
 from tests.conftest import Backend
@@ -152,14 +153,21 @@ LEGACY_FREE = [e for e in manifest_logs() if not e["expected_corrupt"]]
 
 
 @pytest.mark.parametrize("entry", LEGACY_FREE or [None], ids=[e["log"] for e in LEGACY_FREE] or ["absent"])
-def test_kafka_log_dir_without_metadata_opens(tmp_path: Path, entry: dict | None) -> None:
+def test_kafka_log_dir_without_metadata_opens(backend: Backend, entry: dict | None) -> None:
+    """A broker's log directory copied as it is (to a directory, or to a bucket prefix: the
+    objects are the files, no manifest) reads exactly; a writer refuses such a prefix."""
     root_dir = require_fixtures()
     assert entry is not None
     src = root_dir / entry["log"]
-    part = tmp_path / src.parent.name
-    part.mkdir()
-    shutil.copy(src, part / src.name)  # a copied broker log dir (copied at test time only)
-    root = pylog.open(tmp_path, read_only=True)
+    if backend.is_local:
+        part = Path(backend.url) / src.parent.name
+        part.mkdir(parents=True)
+        shutil.copy(src, part / src.name)  # a copied broker log dir (copied at test time only)
+    else:
+        assert backend.server is not None
+        fs = backend.server.filesystem()
+        fs.put_file(str(src), f"{backend.url[len('s3://'):]}/{src.parent.name}/{src.name}")
+    root = backend.open(read_only=True)
     topic = entry["topic"]
     assert root.topics() == [topic] and root.partitions(topic) == entry["partition"] + 1
     t = root.read_table(topic)
@@ -167,6 +175,10 @@ def test_kafka_log_dir_without_metadata_opens(tmp_path: Path, entry: dict | None
     assert t.column("offset").to_pylist() == [e["offset"] for e in exp]
     assert t.column("value").to_pylist() == [b64(e["value_b64"]) for e in exp]
     assert t.column("key").to_pylist() == [b64(e["key_b64"]) for e in exp]
+    if not backend.is_local:  # the orphan sweep would take the broker's files for garbage
+        with pytest.raises(StorageError, match="no pylog manifest"):
+            backend.open().create_topic("other")
+        assert backend.open(read_only=True).read_table(topic).num_rows == len(exp)
 
 
 def test_append_with_scalar_timestamp_and_keys(backend: Backend) -> None:
