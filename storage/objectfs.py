@@ -193,6 +193,7 @@ class ObjectStorage(Storage):
         self._dirty = False
         self.in_transaction = False
         self.kafka_dir = False
+        self.uploads_aborted = 0
         self.refresh()
 
     @classmethod
@@ -490,6 +491,7 @@ class ObjectStorage(Storage):
                     continue
             doomed.append(key)
         self.store.delete(doomed)
+        self.uploads_aborted = self.store.abort_stale_uploads(grace, now)
         return len(doomed)
 
     # ------------------------------------------------------------------ direct objects

@@ -273,8 +273,10 @@ class ObjectStore:
             def fetch() -> bytes:
                 return bytes(self.fs.cat_file(p, max_concurrency=1))
         else:
+
             def fetch() -> bytes:
                 return bytes(self.fs.cat_file(p, start=start, end=end))
+
         try:
             data = self._retry("read", key, fetch)
         except FileNotFoundError as e:
@@ -407,6 +409,32 @@ class ObjectStore:
                         self.fs.rm_file(p)
 
         self._retry("delete", paths[0], rm)
+
+    def abort_stale_uploads(self, older_than_s: float, now_s: float | None = None) -> int:
+        """Abort multipart uploads under the base begun ``older_than_s`` ago or earlier (a writer
+        that died in the middle of a large upload leaves an invisible, billed upload behind).
+        S3 only; returns how many were aborted."""
+        if self.protocol not in ("s3", "s3a"):
+            return 0
+        now = time.time() if now_s is None else now_s
+        bucket, key, _ = self.fs.split_path(self.base)
+        self.requests.add("list")
+        resp = self._retry(
+            "list uploads",
+            "",
+            lambda: self.fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=f"{key}/" if key else ""),
+        )
+        aborted = 0
+        for up in resp.get("Uploads", []):
+            if now - up["Initiated"].timestamp() < older_than_s:
+                continue
+            self.requests.add("delete")
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.call_s3(
+                    "abort_multipart_upload", Bucket=bucket, Key=up["Key"], UploadId=up["UploadId"]
+                )
+            aborted += 1
+        return aborted
 
     # ------------------------------------------------------------------ probe
 
