@@ -89,7 +89,7 @@ class SinkOptions:
     lock_timeout_s: float
     maintenance: bool
     maintenance_budget_ms: int
-    storage_options: dict[str, str] = field(default_factory=dict)
+    storage_options: dict[str, str] = field(default_factory=dict, repr=False)  # may hold credentials
     sink_id: str = ""
 
 

@@ -318,16 +318,10 @@ class ObjectStorage(Storage):
         self._reset_working()
 
     def _reset_working(self, keep_deferred: bool = False) -> None:
-        """Working tree = the manifest's.  After our own commit (``keep_deferred``) the listing
-        of direct objects stays (this writer's deletions are applied to it), saving a LIST for
-        the next operation; otherwise it is listed again when needed."""
+        """Working tree = the manifest's; direct objects are listed again when needed."""
         self._files = dict(self._base)
         self._dirs = set(self._base_dirs)
-        if keep_deferred and self._direct is not None:
-            for p in self._deferred:
-                self._direct.pop(p, None)
-        else:
-            self._direct = None
+        self._direct = None
         if not keep_deferred:
             self._deferred = []
         self._dirty = False
@@ -349,6 +343,7 @@ class ObjectStorage(Storage):
 
     def begin(self) -> None:
         self.in_transaction = True
+        self._direct = None  # staged objects of other processes since the last listing
 
     def rollback(self) -> None:
         with self._lock:
@@ -414,6 +409,7 @@ class ObjectStorage(Storage):
             "version": 1,
             "number": n,
             "writer": token,
+            "base_writer": self.writer_token,
             "time_ms": now,
             "files": files,
             "dirs": sorted(self._dirs),
@@ -425,7 +421,15 @@ class ObjectStorage(Storage):
             with contextlib.suppress(Exception):
                 self.store.delete([k for k, _ in uploads])
             raise CommitConflictError(f"{self.store.url}: commit {n} took too long; uploading again")
-        if not self.store.create(manifest_key(n), raw):
+        created = self.store.create(manifest_key(n), raw)
+        if created and not self._is_newest_or_base(n, token):
+            # manifest n had been superseded *and* deleted (older than the delete delay) while
+            # this root's snapshot was older still: readers resolve the newest one, so this
+            # commit would never be seen, and its garbage is referenced by newer manifests
+            with contextlib.suppress(Exception):
+                self.store.delete([manifest_key(n)])
+            created = False
+        if not created:
             self._step("conflict")
             with contextlib.suppress(Exception):
                 self.store.delete([k for k, _ in uploads])
@@ -446,6 +450,24 @@ class ObjectStorage(Storage):
         self._run_deferred(due)
         self._step("committed")
         return True
+
+    def _is_newest_or_base(self, n: int, token: str) -> bool:
+        """After creating manifest ``n``: true if it is the newest, or the base of the next one
+        (another writer built on it at once).  False if newer manifests exist that do not
+        descend from it: ``n`` filled a gap left by the deletion of a superseded manifest."""
+        newer = [
+            k
+            for k in self.store.list(MANIFESTS, start_after=manifest_key(n))
+            if _manifest_number(k) is not None
+        ]
+        if not newer:
+            return True
+        first = min(newer)
+        try:
+            nxt = self._parse(self.store.get(first), first)
+        except FileNotFoundError:
+            return False
+        return int(nxt["number"]) == n + 1 and nxt.get("base_writer") == token
 
     def _run_deferred(self, extra: list[str] | None = None) -> None:
         keys = [DIRECT + p for p in self._deferred] + list(extra or [])
@@ -572,6 +594,8 @@ class ObjectStorage(Storage):
         with self._lock:
             candidates = list(self._files) + list(self._dirs)
         if path == "" or path in self._dirs:
+            if path == "" and not self.in_transaction:
+                self._direct = None  # consumer offsets: written by other roots at any time
             candidates += [p for p in self._direct_listing() if p not in self._deferred]
         for p in candidates:
             if p.startswith(prefix) and p != path:

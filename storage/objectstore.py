@@ -55,6 +55,10 @@ class ObjectStoreError(PylogError):
     """An object-store operation failed, naming the URL (never the credentials)."""
 
 
+class CommitOutcomeUnknownError(ObjectStoreError):
+    """A conditional create whose outcome could not be learned (the server stayed unreachable)."""
+
+
 class ConditionalWritesUnsupportedError(ObjectStoreError):
     """The target does not honour put-if-absent: writing could lose data, so pylog refuses."""
 
@@ -329,6 +333,17 @@ class ObjectStore:
                 pass
             except Exception as e:
                 if not _is_transient(e) or time.monotonic() + delay > deadline:
+                    # the request may still have landed: look before reporting a failure
+                    try:
+                        return self.get(key) == data
+                    except FileNotFoundError:
+                        pass
+                    except Exception as again:
+                        raise CommitOutcomeUnknownError(
+                            f"{self.url}/{key}: conditional create failed ({type(e).__name__}: {e}) and "
+                            f"reading it back failed too ({type(again).__name__}); the change may or may "
+                            "not be published: look before retrying it"
+                        ) from e
                     raise ObjectStoreError(
                         f"{self.url}/{key}: conditional create failed: {type(e).__name__}: {e}"
                     ) from e
@@ -478,6 +493,7 @@ def is_object_url(path: str) -> bool:
 
 
 __all__ = [
+    "CommitOutcomeUnknownError",
     "ConditionalWritesUnsupportedError",
     "ObjectStore",
     "ObjectStoreError",

@@ -63,12 +63,25 @@ def _line(fd: int, doc: dict[str, Any]) -> None:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Whole lines only: a kill may cut the last one short (it never was acknowledged)."""
+    """Whole records only.  A kill may cut a record short (it never was acknowledged): at the
+    end of the file, or (a large record the kernel was still copying) glued to the front of
+    the next process's first record on the same line."""
     if not path.exists():
         return []
     text = path.read_text()
     lines = text.split("\n")[:-1] if not text.endswith("\n") else text.split("\n")
-    return [json.loads(line) for line in lines if line]
+    out = []
+    for line in lines:
+        if not line:
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            start = line.rfind('{"kind"')
+            if start <= 0:
+                raise
+            out.append(json.loads(line[start:]))  # the torn prefix was never acknowledged
+    return out
 
 
 def _stage(root: Root, batch: int, attempt: int, parts: dict[str, list[str]]) -> list[pub.StagedFile]:

@@ -325,3 +325,66 @@ def test_multipart_upload_of_a_dead_writer_is_aborted_by_the_sweep(s3_backend: B
     with s3_backend.open(read_only=True) as r:
         assert values(r) == [b"kept-0", b"kept-1", b"kept-2"]
     root.close()
+
+
+# ------------------------------------------------------------------ review findings (regressions)
+
+
+def test_a_root_idle_while_old_manifests_were_deleted_cannot_commit_into_the_gap(s3_backend: Backend) -> None:
+    """A writer whose snapshot is older than the delete delay: manifest N+1 it would create had
+    been superseded and deleted, so a put-if-absent succeeds; the commit must still not count
+    (readers resolve the newest manifest), and its garbage must not delete live objects."""
+    quick = Backend("s3", s3_backend.url, {**s3_backend.options, "pylog.file_delete_delay_ms": "300"})
+    a = quick.open()
+    a.create_topic("t", 1)
+    a.append("t", batch("a", 1))
+    b = quick.open()
+    for i in range(5):
+        b.append("t", batch(f"b{i}", 1))
+        time.sleep(0.35)
+    a.append("t", batch("late", 1))  # a's base is stale: the commit must land after b's
+    with quick.open(read_only=True) as r:
+        assert values(r) == [b"a-0", b"b0-0", b"b1-0", b"b2-0", b"b3-0", b"b4-0", b"late-0"]
+        offsets_ok(r)
+    time.sleep(0.35)
+    maintain(a, now=int(time.time() * 1000), force=True)
+    a.append("t", batch("after", 1))
+    with quick.open(read_only=True) as r:  # every object the newest manifest names is there
+        assert values(r)[-2:] == [b"late-0", b"after-0"]
+    a.close()
+    b.close()
+
+
+def test_create_whose_response_never_comes_back_but_landed_is_not_repeated(s3_backend: Backend) -> None:
+    short = Backend("s3", s3_backend.url, {**s3_backend.options, "pylog.retry_timeout_s": "0.2"})
+    root = short.open()
+    root.create_topic("t", 1)
+    store = root.storage.store  # type: ignore[attr-defined]
+    real = store._create_once
+    calls = []
+
+    def lands_then_times_out(key: str, data: bytes) -> None:
+        if key.startswith(MANIFESTS) and not calls:
+            calls.append(key)
+            real(key, data)
+            time.sleep(0.3)  # past the retry budget
+            raise TimeoutError("read timeout")
+        real(key, data)
+
+    store._create_once = lands_then_times_out
+    root.append("t", batch("once", 1))  # no error: the create is read back and recognised
+    with short.open(read_only=True) as r:
+        assert values(r) == [b"once-0"]
+    root.close()
+
+
+def test_a_long_lived_root_sweeps_the_staged_objects_of_each_publish(s3_backend: Backend) -> None:
+    root = s3_backend.open()
+    root.create_topic("t", 1)
+    for b in range(1, 4):
+        staged = _stage(root, "q", b, {0: batch(f"v{b}", 1)})
+        root.publish("q", b, staged)
+        assert not [k for k in _keys(s3_backend) if "/.pylog-stage." in k], b
+    with s3_backend.open(read_only=True) as r:
+        assert values(r) == [b"v1-0", b"v2-0", b"v3-0"]
+    root.close()
