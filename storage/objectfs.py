@@ -182,6 +182,7 @@ class ObjectStorage(Storage):
         self._lock = threading.RLock()
         self._ra: dict[str, tuple[int, bytes, int]] = {}  # key -> (start, block, window)
         self.number = -1
+        self._confirmed_at = float("-inf")  # when the snapshot was last known to be the newest
         self.writer_token = ""
         self._base: dict[str, _Entry] = {}
         self._base_dirs: set[str] = set()
@@ -257,6 +258,7 @@ class ObjectStorage(Storage):
         process knows manifest N, one LIST of the keys from N on tells whether N is still the
         newest (same ETag: a root deleted and created again is never mistaken for the old one)
         and a GET is needed only for a manifest it has not read yet."""
+        self._confirmed_at = time.monotonic()  # before the LIST: the answer is at least this fresh
         known = _NEWEST.get(self.store.url)
         if known is not None and known[1]:
             listing = self.store.list(MANIFESTS, start_after=manifest_key(known[0] - 1))
@@ -421,8 +423,12 @@ class ObjectStorage(Storage):
             with contextlib.suppress(Exception):
                 self.store.delete([k for k, _ in uploads])
             raise CommitConflictError(f"{self.store.url}: commit {n} took too long; uploading again")
+        creating_at = time.monotonic()
         created = self.store.create(manifest_key(n), raw)
-        if created and not self._is_newest_or_base(n, token):
+        # a manifest newer than the snapshot is deleted only a delete delay after it was itself
+        # superseded: with a snapshot confirmed more recently than half that, no gap is possible
+        stale = (time.monotonic() - self._confirmed_at) * 1000 >= self.store.file_delete_delay_ms / 2
+        if created and stale and not self._is_newest_or_base(n, token):
             # manifest n had been superseded *and* deleted (older than the delete delay) while
             # this root's snapshot was older still: readers resolve the newest one, so this
             # commit would never be seen, and its garbage is referenced by newer manifests
@@ -437,6 +443,7 @@ class ObjectStorage(Storage):
                 f"{self.store.url}: manifest {n} was created by another writer meanwhile"
             )
         self._step("manifest-created")
+        self._confirmed_at = creating_at  # n did not exist before: it was the newest then
         # S3's ETag of a single PUT is the MD5 of its bytes: the next resolve needs no GET
         _NEWEST[self.store.url] = (n, f'"{hashlib.md5(raw).hexdigest()}"', doc)
         for key, data in uploads:  # what we just wrote is what readers of this process ask for next
