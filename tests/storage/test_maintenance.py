@@ -257,7 +257,7 @@ class CompactionModel(RuleBasedStateMachine):
         self.dir = Path(tempfile.mkdtemp(prefix="pylog-model-"))
         self.cfg: dict[str, Any] = dict(
             cleanup_policy="compact,delete",
-            segment_bytes=400,
+            segment_bytes=512,  # above the largest append (8 records of 40 bytes: 477 bytes)
             delete_retention_ms=self.DR,
             retention_ms=self.RETENTION,
             min_cleanable_dirty_ratio=0.5,
