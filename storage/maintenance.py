@@ -16,6 +16,7 @@ rewrite always completes.  ``now`` decides what is due; the budget is measured w
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -138,22 +139,18 @@ def maintain(
     ``high_watermarks`` bounds retention per partition (see :func:`retention.retain`).
     ``cleaner`` may be reused across calls: it keeps the offset map's memory and the logs
     found uncleanable.  Returns a :class:`MaintenanceReport`."""
-    if isinstance(target, Root) and target.transactional:
-        # on an object store the whole run is one commit (re-run from the newest state if another
-        # writer committed first), followed by a sweep of objects no manifest refers to
-        report = target.transaction(
-            lambda: _maintain(
-                target, now, budget_s, retention, compaction, force, topics, partitions,
-                high_watermarks, cleaner, cleaner_config, progress, clock,
-            )
-        )
-        if not report.budget_exhausted and _sweep_due(target, now):
-            report.orphans_deleted = target.sweep_orphans(now)
-        return report
-    return _maintain(
-        target, now, budget_s, retention, compaction, force, topics, partitions,
+    run = functools.partial(
+        _maintain, target, now, budget_s, retention, compaction, force, topics, partitions,
         high_watermarks, cleaner, cleaner_config, progress, clock,
-    )
+    )  # fmt: skip
+    if not (isinstance(target, Root) and target.transactional):
+        return run()
+    # on an object store the whole run is one commit (re-run from the newest state if another
+    # writer committed first), followed by a sweep of objects no manifest refers to
+    report = target.transaction(run)
+    if not report.budget_exhausted and _sweep_due(target, now):
+        report.orphans_deleted = target.sweep_orphans(now)
+    return report
 
 
 _LAST_SWEEP: dict[str, int] = {}

@@ -41,7 +41,7 @@ from pylog.storage.log import AppendInfo, Log
 from pylog.storage.objectfs import ObjectStorage
 from pylog.storage.objectstore import is_object_url
 from pylog.storage.partitioner import partition_for_keys
-from pylog.storage.txn import CLEAN_SHUTDOWN, Transactions, mutation
+from pylog.storage.txn import CLEAN_SHUTDOWN, CLEAN_SHUTDOWN_CONTENT, Transactions, mutation
 
 log = logging.getLogger("pylog.storage")
 
@@ -659,7 +659,7 @@ class Root(Transactions):
             # every change was committed by its own operation; anything else (Log-level writes
             # outside :meth:`transaction`) was never acknowledged and is dropped
             if self._writer is not None:
-                self._end_transaction(self.storage, refresh=False)
+                self._end_transaction(self.storage, refresh=False)  # closes the logs too
             for lg in self._logs.values():
                 lg.close()
             self._logs.clear()
@@ -675,7 +675,7 @@ class Root(Transactions):
                 lg.close()
             self._step("logs-closed")
             self.checkpoint()
-            self.storage.write_atomic(CLEAN_SHUTDOWN, b'{"version":0,"brokerEpoch":-1}')
+            self.storage.write_atomic(CLEAN_SHUTDOWN, CLEAN_SHUTDOWN_CONTENT)
             self._step("clean-shutdown-written")
             self._writer.close()
             self._writer = None

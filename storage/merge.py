@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pylog.storage.config import INT32_MAX
 from pylog.storage.log import Log
-from pylog.storage.segment import LogSegment
+from pylog.storage.segment import LogSegment, relative_headers
 
 MIN_SEGMENTS = 8
 """A run of fewer small segments is left as it is (merging too eagerly rewrites bytes often)."""
@@ -69,9 +69,7 @@ def merge_small_segments(lg: Log, *, now: int, min_segments: int = MIN_SEGMENTS)
         merged.open_for_append()
         for seg in run:
             for loc in seg.iter_batches(0):
-                h = loc.headers.take(slice(None))
-                h.position = h.position - loc.start
-                merged.append(loc.data, h)
+                merged.append(loc.data, relative_headers(loc.headers, loc.start))
             txn = seg.txn_index.entries()
             for i in range(len(txn.producer_id)):
                 merged.txn_index.append(

@@ -446,11 +446,9 @@ class ObjectStorage(Storage):
         self._confirmed_at = creating_at  # n did not exist before: it was the newest then
         # S3's ETag of a single PUT is the MD5 of its bytes: the next resolve needs no GET
         _NEWEST[self.store.url] = (n, f'"{hashlib.md5(raw).hexdigest()}"', doc)
-        for key, data in uploads:  # what we just wrote is what readers of this process ask for next
+        for key, data in uploads:
             if len(data) <= WHOLE_OBJECT_MAX:
-                from pylog.storage.objectstore import _CACHE
-
-                _CACHE.put((self.store.url, key), data)
+                self.store.remember(key, data)
         self.number, self.writer_token = n, token
         self._base, self._base_dirs, self._garbage = new_entries, set(self._dirs), keep
         self._reset_working(keep_deferred=True)
@@ -515,8 +513,8 @@ class ObjectStorage(Storage):
             if key in referenced or key.startswith(DIRECT) or now - mtime < grace:
                 continue
             if key.startswith(MANIFESTS):
-                num = key[len(MANIFESTS) : -5]
-                if not num.isdigit() or int(num) >= newest:
+                num = _manifest_number(key)
+                if num is None or num >= newest:
                     continue
             doomed.append(key)
         self.store.delete(doomed)

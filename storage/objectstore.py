@@ -287,6 +287,10 @@ class ObjectStore:
             raise FileNotFoundError(f"{self.url}/{key}: no such object") from e
         return bytes(data)
 
+    def remember(self, key: str, data: bytes) -> None:
+        """Put an object this process just wrote into the cache (it is what readers ask next)."""
+        _CACHE.put((self.url, key), data)
+
     def get_cached(self, key: str, size: int) -> bytes:
         """A whole (small, immutable) object, through the process-wide cache."""
         ck = (self.url, key)

@@ -294,7 +294,7 @@ class LogSegment:
         try:
             for loc in self.iter_batches(0):
                 h = loc.headers
-                ok = B.verify_crcs(loc.data, _relative(h, loc.start))
+                ok = B.verify_crcs(loc.data, relative_headers(h, loc.start))
                 bad = (
                     ~ok | (h.base_offset < self.base_offset) | (h.last_offset - self.base_offset > INT32_MAX)
                 )
@@ -404,7 +404,8 @@ class LogSegment:
         self.txn_index.delete()
 
 
-def _relative(h: B.BatchHeaders, start: int) -> B.BatchHeaders:
+def relative_headers(h: B.BatchHeaders, start: int) -> B.BatchHeaders:
+    """Headers with positions relative to ``start`` (where the bytes handed along begin)."""
     r = h.take(slice(None))
     r.position = h.position - start
     return r

@@ -32,6 +32,7 @@ log = logging.getLogger("pylog.storage")
 COMMIT_ATTEMPTS = 50
 """How often an operation on an object store is re-run after losing a commit race."""
 CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
+CLEAN_SHUTDOWN_CONTENT = b'{"version":0,"brokerEpoch":-1}'
 
 T = TypeVar("T")
 
@@ -112,7 +113,7 @@ class Transactions:
             for lg in self._logs.values():
                 lg.close()
             self.checkpoint()
-            self.storage.write_atomic(CLEAN_SHUTDOWN, b'{"version":0,"brokerEpoch":-1}')
+            self.storage.write_atomic(CLEAN_SHUTDOWN, CLEAN_SHUTDOWN_CONTENT)
         self._logs.clear()
         if st.commit():
             self.commits += 1
