@@ -18,7 +18,7 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy storage
+	$(PY) scripts/lint.py
 
 test: lint
 	$(VENV)/bin/pytest -q -p no:cacheprovider

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from pylog.storage import compression, records
+from pylog.storage.codec import compression, records
 
 BATCH_BYTES = 1 << 20
 

@@ -62,8 +62,8 @@ def _config(segment_bytes: int) -> Any:
 
 def generate(root: Path, n_keys: int, n_records: int, segment_bytes: int) -> tuple[int, int]:
     """Write the log; returns (bytes, distinct keys written)."""
-    from pylog.storage.fs import LocalStorage
-    from pylog.storage.log import Log
+    from pylog.storage.backends.fs import LocalStorage
+    from pylog.storage.partition.log import Log
 
     lg = Log.open(LocalStorage(root), DIR, _config(segment_bytes), had_clean_shutdown=True)
     rng = np.random.default_rng(1)
@@ -122,11 +122,11 @@ def peak_rss_mb() -> float:
 
 def child(root: str, dedupe: int, segment_bytes: int) -> None:
     """Run in a fresh process: compact the log at ``root`` and print one JSON line."""
-    from pylog.storage.cleaner import Cleaner
+    from pylog.storage.backends.fs import LocalStorage
     from pylog.storage.config import CleanerConfig
-    from pylog.storage.fs import LocalStorage
-    from pylog.storage.log import Log
-    from pylog.storage.maintenance import maintain
+    from pylog.storage.maintenance.cleaner import Cleaner
+    from pylog.storage.maintenance.runner import maintain
+    from pylog.storage.partition.log import Log
 
     rss = peak_rss_mb
     t = time.perf_counter()

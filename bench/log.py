@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from pylog.storage import records
+from pylog.storage.backends.fs import LocalStorage
+from pylog.storage.codec import records
 from pylog.storage.config import LogConfig
-from pylog.storage.fs import LocalStorage
-from pylog.storage.log import Log
+from pylog.storage.partition.log import Log
 
 CHUNK = 10_000
 BATCH = 16384  # lookups: producer-sized batches (Kafka's default batch.size)

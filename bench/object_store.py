@@ -35,10 +35,10 @@ import numpy as np
 import pyarrow as pa
 
 import pylog
-from pylog.storage import publish as pub
-from pylog.storage import records
-from pylog.storage.maintenance import maintain
-from pylog.storage.manager import Root, partition_dir
+from pylog.storage.codec import records
+from pylog.storage.maintenance.runner import maintain
+from pylog.storage.root import publish as pub
+from pylog.storage.root.manager import Root, partition_dir
 
 BUCKET = "pylog-bench"
 STAGE_INLINE_BYTES = 4 << 20  # connector.sink.STAGE_INLINE_BYTES (not imported: no pyspark needed)

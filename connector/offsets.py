@@ -34,8 +34,8 @@ from pylog.connector.options import (
     Subscription,
 )
 from pylog.storage.errors import PylogError
-from pylog.storage.log import Log
-from pylog.storage.manager import Root
+from pylog.storage.partition.log import Log
+from pylog.storage.root.manager import Root
 
 log = logging.getLogger("pylog.connector")
 
@@ -128,7 +128,7 @@ class RootView:
     def latest(self, tp: TopicPartition) -> int:
         """The log end offset; under read_committed the last stable offset (Kafka's "latest")."""
         if self.isolation_level == "read_committed":
-            from pylog.storage import transactions
+            from pylog.storage.partition import transactions
 
             return int(transactions.last_stable_offset(self.log(tp)))
         return self.log(tp).log_end_offset

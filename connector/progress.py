@@ -1,6 +1,6 @@
-"""Consumed offsets of streaming queries: see :mod:`pylog.storage.consumers` (re-exported)."""
+"""Consumed offsets of streaming queries: see :mod:`pylog.storage.root.consumers` (re-exported)."""
 
-from pylog.storage.consumers import (
+from pylog.storage.root.consumers import (
     CONSUMER_OFFSETS_PREFIX,
     consumer_lag,
     consumer_offsets_file,

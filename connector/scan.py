@@ -27,11 +27,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pylog.connector.offsets import open_root, report_data_loss
-from pylog.storage import records
+from pylog.storage.backends.fs import StorageError
+from pylog.storage.codec import records
 from pylog.storage.errors import PylogError
-from pylog.storage.fs import StorageError
-from pylog.storage.log import Log
-from pylog.storage.manager import kafka_columns
+from pylog.storage.partition.log import Log
+from pylog.storage.root.manager import kafka_columns
 
 log = logging.getLogger("pylog.connector")
 
@@ -146,7 +146,7 @@ def _check_range(lg: Log, task: ReadTask, start: int, end: int) -> tuple[int, in
 def _aborted(lg: Log, task: ReadTask, start: int, end: int) -> Aborted | None:
     if task.isolation_level != "read_committed" or start >= end:
         return None
-    from pylog.storage import transactions
+    from pylog.storage.partition import transactions
 
     return transactions.aborted_transactions(lg, start, end)  # type: ignore[no-any-return]
 
@@ -160,7 +160,7 @@ def _convert(
     if aborted is None:
         t = rs.data_records()
     else:
-        from pylog.storage import transactions
+        from pylog.storage.partition import transactions
 
         drop = rs.batches.is_control | transactions.aborted_batches(rs.batches, aborted)
         t = rs.records.filter(pa.array(~drop[rs.batch_index])) if drop.any() else rs.records

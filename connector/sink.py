@@ -7,7 +7,7 @@ Column contract (Spark's Kafka sink): ``value`` (binary or string) is required; 
 partition of their key; records with a null key go to one partition per task (sticky, as
 Kafka's producer does per batch), chosen from the task's partition id.
 
-Protocol (see ``storage/publish.py``): each executor task encodes its rows into record batches
+Protocol (see ``storage/root/publish.py``): each executor task encodes its rows into record batches
 and *stages* them next to the target logs; the driver's ``commit(messages, batchId)`` publishes
 the staged files in a deterministic order and atomically records ``(sink, batchId)`` with the
 new high watermarks, so a replayed batch is skipped and a crash mid-publish leaves nothing
@@ -50,14 +50,14 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from pylog.storage import publish as pub
-from pylog.storage import records
+from pylog.storage.backends.fs import StorageError
+from pylog.storage.backends.objectfs import ObjectStorage
+from pylog.storage.codec import records
+from pylog.storage.codec.partitioner import partition_for_keys
 from pylog.storage.config import LogConfig, validate_topic_name
 from pylog.storage.errors import ConfigError
-from pylog.storage.fs import StorageError
-from pylog.storage.manager import Root, partition_dir
-from pylog.storage.objectfs import ObjectStorage
-from pylog.storage.partitioner import partition_for_keys
+from pylog.storage.root import publish as pub
+from pylog.storage.root.manager import Root, partition_dir
 
 SINK_OPTIONS = {
     "path",
@@ -129,7 +129,7 @@ def parse_sink_options(raw: Mapping[str, str], *, streaming: bool) -> SinkOption
     partitions = _int_option(opts, "partitions", 1, 1 << 20)
     codec = opts.get("compression.type")
     if codec is not None:
-        from pylog.storage.compression import codec_id
+        from pylog.storage.codec.compression import codec_id
 
         codec_id(codec.replace("uncompressed", "none"))
     if streaming and not opts.get("checkpointlocation"):
@@ -437,7 +437,7 @@ def _maintain(root: Root, touched: set[tuple[str, int]], budget_ms: int) -> None
     import logging
     import time
 
-    from pylog.storage import maintenance
+    from pylog.storage.maintenance import runner as maintenance
 
     try:
         maintenance.maintain(

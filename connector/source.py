@@ -82,7 +82,7 @@ def check_isolation(level: str) -> None:
 
 def read_committed_supported() -> bool:
     try:
-        from pylog.storage import transactions
+        from pylog.storage.partition import transactions
     except ImportError:
         return False
     return all(

@@ -6,7 +6,7 @@
 
 A generated block sits between ``<!-- reference:NAME -->`` and ``<!-- /reference:NAME -->``.
 The tables come from ``pylog.connector.options.OPTIONS`` (source options and their values),
-``pylog.connector.sink.SINK_OPTIONS`` (sink options), ``pylog.storage.objectstore.PYLOG_OPTIONS``
+``pylog.connector.sink.SINK_OPTIONS`` (sink options), ``pylog.storage.backends.objectstore.PYLOG_OPTIONS``
 (pylog's own storage options of object-store roots), ``LogConfig`` (topic configs, defaults and
 broker synonyms) and ``pylog.cli.COMMANDS`` (the CLI).  Defaults are written here once, as
 users read them, and checked against what the option parsers actually produce, so that a
@@ -24,9 +24,9 @@ from pathlib import Path
 from pylog.cli import COMMANDS
 from pylog.connector.options import DEFAULT_GROUP_ID_PREFIX, OPTIONS, parse_options
 from pylog.connector.sink import SINK_OPTIONS, parse_sink_options
-from pylog.storage import records
+from pylog.storage.backends.objectstore import PYLOG_OPTIONS, ObjectStore
+from pylog.storage.codec import records
 from pylog.storage.config import LogConfig
-from pylog.storage.objectstore import PYLOG_OPTIONS, ObjectStore
 
 # ---------------------------------------------------------------------------------------------
 # Source options: the default of each option in OPTIONS (checked in _check_source_defaults)

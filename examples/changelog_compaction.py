@@ -6,7 +6,7 @@ table's current state, as Kafka's compacted topics do).  This example:
 1. creates ``customers`` (2 partitions, compacted, small segments so there is something to
    clean), writes 10 versions of 200 customer records and deletes 20 customers with tombstones
    (a null value);
-2. runs the log cleaner through the maintenance API (``pylog.storage.maintenance.maintain``)
+2. runs the log cleaner through the maintenance API (``pylog.storage.maintenance.runner.maintain``)
    and shows the size before and after: only the latest record per key stays, at its original
    offset, and the tombstones stay too (until ``delete.retention.ms`` has passed, so that
    readers catch up with the deletes);
@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 from _common import demo_dir
 
 import pylog
-from pylog.storage.maintenance import maintain
+from pylog.storage.maintenance.runner import maintain
 
 TOPIC = "customers"
 CUSTOMERS = 200

@@ -17,7 +17,7 @@ import pyarrow as pa
 from _common import demo_dir
 
 import pylog
-from pylog.storage import records
+from pylog.storage.codec import records
 
 
 def main() -> None:

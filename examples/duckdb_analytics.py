@@ -31,7 +31,7 @@ import pyarrow as pa
 from _common import demo_dir
 
 import pylog
-from pylog.storage.manager import TABLE_SCHEMA
+from pylog.storage.root.manager import TABLE_SCHEMA
 
 TOPIC = "orders"
 N = 50_000

@@ -30,9 +30,9 @@ from typing import Any
 import pyarrow as pa
 
 import pylog
-from pylog.storage.maintenance import maintain
-from pylog.storage.objectfs import MANIFESTS
-from pylog.storage.objectstore import is_object_url, redact, split_options
+from pylog.storage.backends.objectfs import MANIFESTS
+from pylog.storage.backends.objectstore import is_object_url, redact, split_options
+from pylog.storage.maintenance.runner import maintain
 
 
 def local_s3(workdir: str) -> tuple[str, dict[str, str]]:

@@ -11,8 +11,8 @@ from pylog.storage.errors import (
     OffsetOutOfRangeError,
     PylogError,
 )
-from pylog.storage.manager import Root
-from pylog.storage.manager import open_root as open
+from pylog.storage.root.manager import Root
+from pylog.storage.root.manager import open_root as open
 
 __all__ = ["ConfigError", "CorruptRecordError", "OffsetOutOfRangeError", "PylogError", "Root", "open"]
 __version__ = "0.1.0"

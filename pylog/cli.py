@@ -112,7 +112,7 @@ def dump_command(parser: argparse.ArgumentParser) -> Runner:
     )
 
     def run(args: argparse.Namespace) -> int:
-        from pylog.storage.dump import dump
+        from pylog.tools.dump import dump
 
         files = [f for arg in args.files for f in arg.split(",") if f]
         if not files:
@@ -173,8 +173,8 @@ def storage_options(args: argparse.Namespace) -> dict[str, str] | None:
 def open_root(args: argparse.Namespace, *, read_only: bool):  # type: ignore[no-untyped-def]
     """The root named by ``args.root``; a missing local directory is an error when reading."""
     import pylog
+    from pylog.storage.backends.objectstore import is_object_url
     from pylog.storage.errors import PylogError
-    from pylog.storage.objectstore import is_object_url
 
     if read_only and not is_object_url(args.root) and not os.path.isdir(args.root):
         raise PylogError(f"{args.root}: no such directory")
@@ -214,7 +214,7 @@ def describe_command(parser: argparse.ArgumentParser) -> Runner:
         import json
 
         from pylog.storage.errors import PylogError
-        from pylog.storage.inspect import describe, format_describe
+        from pylog.tools.inspect import describe, format_describe
 
         try:
             info = describe(_open_read_only(args))
@@ -242,7 +242,7 @@ def verify_command(parser: argparse.ArgumentParser) -> Runner:
         import json
 
         from pylog.storage.errors import PylogError
-        from pylog.storage.inspect import problems_as_json, verify
+        from pylog.tools.inspect import problems_as_json, verify
 
         try:
             problems, counts = verify(_open_read_only(args), progress=_progress(not args.json))

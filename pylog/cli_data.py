@@ -160,7 +160,7 @@ def parse_lines(lines: Iterable[str], fmt: str, separator: str) -> Iterator[dict
 
 
 def _to_table(recs: list[dict[str, Any]], now: int) -> pa.Table:
-    from pylog.storage.records import HEADER_TYPE
+    from pylog.storage.codec.records import HEADER_TYPE
 
     return pa.table(
         {

@@ -1,7 +1,7 @@
 """``pylog`` subcommands that run maintenance: ``compact`` (the log cleaner) and ``retain``
 (retention).  Registered with :func:`pylog.cli.command` on import.
 
-Both take the root's writer lock, run :func:`pylog.storage.maintenance.maintain` at ``--now``
+Both take the root's writer lock, run :func:`pylog.storage.maintenance.runner.maintain` at ``--now``
 (default: the current time), write the root's checkpoints and close it cleanly.  A progress
 line is drawn on stderr when it is a terminal.
 """
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pylog.cli import Runner, add_root_argument, command, open_root
-from pylog.storage.objectstore import is_object_url
+from pylog.storage.backends.objectstore import is_object_url
 
 
 def _non_negative(kind: type) -> Callable[[str], Any]:
@@ -52,7 +52,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 def _run(args: argparse.Namespace, name: str, **kwargs: object) -> int:
     from pylog.storage.errors import PylogError
-    from pylog.storage.maintenance import StderrProgress, maintain
+    from pylog.storage.maintenance.runner import StderrProgress, maintain
 
     if not is_object_url(args.root) and not os.path.isdir(args.root):
         print(f"pylog {name}: error: {args.root}: no such directory", file=sys.stderr)
@@ -108,9 +108,9 @@ def compact_command(parser: argparse.ArgumentParser) -> Runner:
     )
 
     def run(args: argparse.Namespace) -> int:
-        from pylog.storage.cleaner import Cleaner
         from pylog.storage.config import CleanerConfig
         from pylog.storage.errors import ConfigError
+        from pylog.storage.maintenance.cleaner import Cleaner
 
         props = {}
         if args.dedupe_buffer_size is not None:

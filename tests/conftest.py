@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import pylog
-from pylog.storage.manager import Root
+from pylog.storage.root.manager import Root
 
 BUCKET = "pylog-tests"
 CREDENTIALS = {"key": "testing", "secret": "testing", "client_kwargs.region_name": "us-east-1"}

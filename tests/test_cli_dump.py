@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from pylog import cli
-from pylog.storage import records
-from pylog.storage.fs import LocalStorage
-from pylog.storage.index import OffsetIndex
+from pylog.storage.backends.fs import LocalStorage
+from pylog.storage.codec import records
+from pylog.storage.partition.index import OffsetIndex
 
 
 def segment(directory: Path) -> Path:

@@ -12,7 +12,7 @@ import pytest
 
 import pylog
 from pylog.cli import main
-from pylog.storage import records
+from pylog.storage.codec import records
 from tests.conftest import Backend
 
 
@@ -106,7 +106,7 @@ def test_bad_arguments(backend: Backend, capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_describe_shows_consumer_lag(filled: Backend, capsys: pytest.CaptureFixture[str]) -> None:
-    from pylog.storage.consumers import write_consumer_offsets
+    from pylog.storage.root.consumers import write_consumer_offsets
 
     with filled.open() as root:
         write_consumer_offsets(root.storage, "my-query", {("events", 0): 10})

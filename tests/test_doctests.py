@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-MODULES = ["pylog.storage.manager", "pylog.storage.reading"]
+MODULES = ["pylog.storage.root.manager", "pylog.storage.root.reading"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from pylog.storage import records
-from pylog.storage.manager import TOPICS_FILE, Root, partition_dir
+from pylog.storage.codec import records
+from pylog.storage.root.manager import TOPICS_FILE, Root, partition_dir
 
 if TYPE_CHECKING:
     from tests.conftest import Backend

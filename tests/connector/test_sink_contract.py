@@ -17,8 +17,8 @@ from pyspark.sql.types import (
 )
 
 from pylog.connector import sink
+from pylog.storage.codec.partitioner import partition_for_keys
 from pylog.storage.errors import ConfigError
-from pylog.storage.partitioner import partition_for_keys
 from tests.conftest import Backend
 
 

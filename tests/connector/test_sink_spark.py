@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from pylog.storage.partitioner import partition_for_keys
+from pylog.storage.codec.partitioner import partition_for_keys
 from tests.conftest import Backend
 
 

@@ -176,7 +176,7 @@ def test_gaps_and_control_records_in_batch(spark: Any, backend: Backend) -> None
     not read_committed_supported(), reason="storage has no transaction-aware reads (issue #4)"
 )
 def test_read_committed_in_batch(spark: Any, backend: Backend) -> None:
-    from pylog.storage import records
+    from pylog.storage.codec import records
 
     with backend.open() as root:
         root.create_topic("t", 1)

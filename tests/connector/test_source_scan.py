@@ -12,7 +12,7 @@ import pylog
 from pylog.connector.offsets import DataLossError
 from pylog.connector.scan import ReadTask, arrow_schema, read_task
 from pylog.connector.source import read_committed_supported, spark_schema
-from pylog.storage import records
+from pylog.storage.codec import records
 from tests.conftest import Backend
 from tests.connector.source_helpers import T0, append, append_at, control_batch, delete_topic, publish, value
 

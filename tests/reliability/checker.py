@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from pylog.storage.fs import Storage
-from pylog.storage.manager import Root
+from pylog.storage.backends.fs import Storage
+from pylog.storage.root.manager import Root
 
 TP = tuple[str, int]
 Row = tuple[int, bytes | None, bytes]  # offset, key, value

@@ -27,9 +27,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from pylog.storage import maintenance, records, retention
-from pylog.storage import publish as pub
-from pylog.storage.manager import Root, partition_dir
+from pylog.storage.codec import records
+from pylog.storage.maintenance import retention
+from pylog.storage.maintenance import runner as maintenance
+from pylog.storage.root import publish as pub
+from pylog.storage.root.manager import Root, partition_dir
 from tests.reliability.checker import TP, InvariantViolation, Row, Stats, read_rows, read_storage
 from tests.reliability.memfs import Crash, MemStorage
 

@@ -68,7 +68,7 @@ def main() -> None:
     import atheris
 
     target = sys.argv[1]
-    with atheris.instrument_imports(include=["pylog"], exclude=["pylog.storage._kernels"]):
+    with atheris.instrument_imports(include=["pylog"], exclude=["pylog.storage.codec._kernels"]):
         from tests.reliability import fuzz_targets
 
     def one_input(data: bytes) -> None:

@@ -28,10 +28,11 @@ from collections.abc import Callable
 import numpy as np
 
 from pylog.connector import offsets as source_offsets
-from pylog.storage import checkpoint, records
-from pylog.storage import publish as pub
+from pylog.storage.codec import records
 from pylog.storage.errors import PylogError
-from pylog.storage.index import OffsetIndex, TimeIndex, TxnIndex
+from pylog.storage.partition import checkpoint
+from pylog.storage.partition.index import OffsetIndex, TimeIndex, TxnIndex
+from pylog.storage.root import publish as pub
 from tests.reliability.memfs import MemStorage
 
 

@@ -28,9 +28,9 @@ from typing import Any
 import pyarrow as pa
 
 import pylog
-from pylog.storage import publish as pub
-from pylog.storage import records
-from pylog.storage.manager import Root
+from pylog.storage.codec import records
+from pylog.storage.root import publish as pub
+from pylog.storage.root.manager import Root
 
 CHECKPOINT = "killer-query-checkpoint"  # the sink's identity derives from it, as in Spark
 TOPIC = "t"

@@ -14,8 +14,8 @@ import random
 import pytest
 
 from pylog.storage.config import LogConfig
-from pylog.storage.loader import load_log
-from pylog.storage.log import Log
+from pylog.storage.partition.loader import load_log
+from pylog.storage.partition.log import Log
 from tests.reliability.checker import Stats
 from tests.reliability.crashpoints import SCENARIOS, Scenario, enumerate_scenario, run_crash
 from tests.reliability.memfs import Crash, MemStorage

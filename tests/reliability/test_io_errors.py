@@ -8,10 +8,10 @@ import errno
 
 import pytest
 
-from pylog.storage import publish as pub
-from pylog.storage import records
+from pylog.storage.codec import records
 from pylog.storage.errors import InvalidOffsetError, PylogError
-from pylog.storage.manager import Root, partition_dir
+from pylog.storage.root import publish as pub
+from pylog.storage.root.manager import Root, partition_dir
 from tests.reliability.checker import read_storage
 from tests.reliability.memfs import MemStorage
 

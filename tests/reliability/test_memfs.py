@@ -6,8 +6,8 @@ import random
 
 import pytest
 
+from pylog.storage.backends.fs import StorageError
 from pylog.storage.errors import LogLockedError
-from pylog.storage.fs import StorageError
 from tests.reliability.memfs import Crash, MemStorage
 
 

@@ -14,9 +14,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from pylog.storage import maintenance, records
-from pylog.storage import publish as pub
-from pylog.storage.manager import Root, partition_dir
+from pylog.storage.codec import records
+from pylog.storage.maintenance import runner as maintenance
+from pylog.storage.root import publish as pub
+from pylog.storage.root.manager import Root, partition_dir
 from tests.reliability.checker import Model, log_starts, read_rows
 from tests.reliability.conftest import scale
 from tests.reliability.memfs import Crash, MemStorage

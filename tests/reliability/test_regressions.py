@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from pylog.storage import publish as pub
-from pylog.storage import records, retention
+from pylog.storage.codec import records
 from pylog.storage.config import LogConfig
-from pylog.storage.loader import load_log
-from pylog.storage.log import Log
-from pylog.storage.manager import Root, partition_dir
+from pylog.storage.maintenance import retention
+from pylog.storage.partition.loader import load_log
+from pylog.storage.partition.log import Log
+from pylog.storage.root import publish as pub
+from pylog.storage.root.manager import Root, partition_dir
 from tests.reliability.checker import open_writer, read_storage
 from tests.reliability.memfs import MemStorage
 
@@ -29,7 +30,7 @@ def values(st: MemStorage, topic: str = "t", partition: int = 0) -> list[bytes]:
 
 
 def test_first_segment_of_a_new_partition_survives_a_power_cut() -> None:
-    """Bug 1 (storage/log.py ``Log.flush``): the files of a segment created since the last
+    """Bug 1 (storage/partition/log.py ``Log.flush``): the files of a segment created since the last
     flush were fsynced, their directory never: a power cut lost every acknowledged record of a
     new partition.  Fixed as Kafka's ``LocalLog.flush`` does (fsync the directory)."""
     st = MemStorage()
@@ -70,7 +71,7 @@ def test_segments_removed_by_truncation_stay_removed_after_a_power_cut() -> None
 
 
 def test_reader_ignores_an_index_entry_whose_log_bytes_were_lost() -> None:
-    """Bug 3 (storage/segment.py ``read_next_offset``): after a power cut that kept an index
+    """Bug 3 (storage/partition/segment.py ``read_next_offset``): after a power cut that kept an index
     page but not the log bytes it points at, a reader computed the segment's end from the torn
     index entry and served nothing of the segment (acknowledged records invisible until a
     writer recovered the log)."""
@@ -90,7 +91,7 @@ def test_reader_ignores_an_index_entry_whose_log_bytes_were_lost() -> None:
 
 
 def test_reader_sees_an_interrupted_swap_as_recovery_will_complete_it() -> None:
-    """Bug 4 (storage/loader.py, read-only loading): while (or after a crash while) old
+    """Bug 4 (storage/partition/loader.py, read-only loading): while (or after a crash while) old
     segments were already ``.deleted`` and the new ones still ``.swap``, a reader ignored the
     ``.swap`` files and served a hole where the compacted records are."""
     st = MemStorage()
@@ -101,7 +102,7 @@ def test_reader_sees_an_interrupted_swap_as_recovery_will_complete_it() -> None:
     lg.append([b"c"], key=[b"k"], timestamp=T0)
     lg.flush()
     old = lg.segments[0]
-    from pylog.storage.segment import LogSegment
+    from pylog.storage.partition.segment import LogSegment
 
     new = LogSegment(st, "t-0", 0, cfg, suffix=".cleaned")
     enc = records.encode([b"b"], key=[b"j"], base_offset=1, timestamp=T0)
@@ -128,7 +129,7 @@ def test_reader_sees_an_interrupted_swap_as_recovery_will_complete_it() -> None:
 
 
 def test_creating_the_first_topic_is_all_or_nothing() -> None:
-    """Bug 5 (storage/manager.py ``create_topic``): a crash after the partition directories
+    """Bug 5 (storage/root/manager.py ``create_topic``): a crash after the partition directories
     were made but before ``pylog-topics.json`` existed left a topic *inferred* from the
     directories - with fewer partitions and default configs - that ``create_topic(...,
     exist_ok=True)`` then accepted.  Metadata is now written first."""
@@ -207,7 +208,7 @@ def test_reader_honours_the_log_start_checkpoint_written_before_retention_rename
 
 
 def test_reader_of_an_interrupted_swap_that_emptied_a_segment() -> None:
-    """Bug 8 (storage/loader.py, read-only loading): a ``.swap`` segment that compaction
+    """Bug 8 (storage/partition/loader.py, read-only loading): a ``.swap`` segment that compaction
     emptied covers no offsets, so the reader kept both it and the segment of the same name it
     replaces; a fetch from that segment's offsets served nothing."""
     st = MemStorage()
@@ -218,7 +219,7 @@ def test_reader_of_an_interrupted_swap_that_emptied_a_segment() -> None:
     lg.append([b"b"], key=[b"k"], timestamp=T0)
     lg.roll()
     lg.flush()
-    from pylog.storage.segment import LogSegment
+    from pylog.storage.partition.segment import LogSegment
 
     old = lg.segments[0]
     empty = LogSegment(st, "t-0", 0, cfg, suffix=".cleaned")  # every record of it superseded
@@ -234,7 +235,7 @@ def test_reader_of_an_interrupted_swap_that_emptied_a_segment() -> None:
 
 
 def test_a_new_log_directory_survives_a_power_cut() -> None:
-    """Bug 9 (storage/loader.py ``load_log``): the directory of a new log was created but its
+    """Bug 9 (storage/partition/loader.py ``load_log``): the directory of a new log was created but its
     parent never fsynced; flushed records of a log opened with the low-level API were lost
     with the whole directory."""
     st = MemStorage()
@@ -268,7 +269,7 @@ def test_replayed_batch_restaged_with_the_same_task_attempt_lands_once(tmp_path:
 
 
 def test_truncated_segment_keeps_the_timestamps_of_its_remaining_batches() -> None:
-    """Bug 14 (storage/segment.py ``truncate_to``): the segment's largest timestamp was reset
+    """Bug 14 (storage/partition/segment.py ``truncate_to``): the segment's largest timestamp was reset
     to its last time-index entry; the time index is sparse, so a segment truncated below that
     entry (a writer rolling back an unacknowledged publish) forgot its remaining batches'
     timestamps and ``offset_for_timestamp`` skipped it.  Kafka's ``readLargestTimestamp`` scans

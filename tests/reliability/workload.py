@@ -20,15 +20,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from pylog.storage import publish as pub
-from pylog.storage import records
+from pylog.storage.codec import records
 from pylog.storage.errors import PylogError
-from pylog.storage.manager import Root, partition_dir
+from pylog.storage.root import publish as pub
+from pylog.storage.root.manager import Root, partition_dir
 from tests.reliability.checker import TP, InvariantViolation, Model, Row, Stats, log_starts, read_rows
 from tests.reliability.memfs import Crash, MemStorage
 
 try:  # compaction and retention (issue #4/#5) may not be there yet
-    from pylog.storage import maintenance
+    from pylog.storage.maintenance import runner as maintenance
 except ImportError:  # pragma: no cover
     maintenance = None  # type: ignore[assignment]
 

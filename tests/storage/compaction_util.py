@@ -11,14 +11,14 @@ from typing import Any
 from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.legacy_records import LegacyRecordBatch
 
-from pylog.storage import batch as B
-from pylog.storage import records
-from pylog.storage.cleaner import Cleaner
+from pylog.storage.backends.fs import LocalStorage
+from pylog.storage.codec import batch as B
+from pylog.storage.codec import records
 from pylog.storage.config import CleanerConfig, LogConfig
-from pylog.storage.dump import dump
-from pylog.storage.fs import LocalStorage
-from pylog.storage.loader import load_log
-from pylog.storage.log import Log
+from pylog.storage.maintenance.cleaner import Cleaner
+from pylog.storage.partition.loader import load_log
+from pylog.storage.partition.log import Log
+from pylog.tools.dump import dump
 
 DIR = "t-0"
 DAY = 86_400_000

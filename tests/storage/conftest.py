@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from pylog.storage import _kernels
+from pylog.storage.codec import _kernels
 
 
 @pytest.fixture(params=["jit", "python"])

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pylog.storage import checkpoint as ckpt
-from pylog.storage.checkpoint import format_offsets, parse_offsets, read_offsets, write_offsets
+from pylog.storage.backends.fs import LocalStorage
 from pylog.storage.errors import ConfigError, CorruptCheckpointError, InvalidOffsetError
-from pylog.storage.fs import LocalStorage
+from pylog.storage.partition import checkpoint as ckpt
+from pylog.storage.partition.checkpoint import format_offsets, parse_offsets, read_offsets, write_offsets
 
 KAFKA_EXAMPLE = b"0\n2\nmytopic 0 1234\nmytopic 1 99\n"  # kafka-format.md §4
 

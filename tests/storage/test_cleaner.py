@@ -9,12 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pylog.storage import batch as B
-from pylog.storage import offset_map, records, rewrite, transactions
-from pylog.storage.cleaner import group_segments_by_size, log_to_clean
+from pylog.storage.codec import batch as B
+from pylog.storage.codec import records, rewrite
 from pylog.storage.errors import ConfigError, CorruptRecordError, InvalidOffsetError
-from pylog.storage.offset_map import OffsetMap
-from pylog.storage.segment import INT32_MAX
+from pylog.storage.maintenance.cleaner import group_segments_by_size, log_to_clean
+from pylog.storage.maintenance.offset_map import OffsetMap
+from pylog.storage.maintenance import offset_map
+from pylog.storage.partition import transactions
+from pylog.storage.partition.segment import INT32_MAX
 from tests.storage.compaction_util import (
     DAY,
     DIR,
@@ -57,7 +59,7 @@ def test_murmur3_x64_128_reference_vectors(kernels: str) -> None:
     for text, expected in vectors:
         data = np.frombuffer(text + b"\0", np.uint8)
         h1, h2 = np.empty(1, np.int64), np.empty(1, np.int64)
-        from pylog.storage import _kernels
+        from pylog.storage.codec import _kernels
 
         _kernels.active().hash_keys(data, np.array([0]), np.array([len(text)]), 123, h1, h2)
         words = np.frombuffer(h1.astype("<i8").tobytes() + h2.astype("<i8").tobytes(), "<u4")

@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from kafka import codec as kc
 
-from pylog.storage import compression
-from pylog.storage.compression import (
+from pylog.storage.codec import compression
+from pylog.storage.codec.compression import (
     CODEC_NAMES,
     GZIP,
     LZ4,

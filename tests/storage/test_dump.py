@@ -20,11 +20,11 @@ from typing import Any
 import crc32c
 import pytest
 
-from pylog.storage import records
-from pylog.storage.batch import COMMIT, CONTROL_KEY, END_TXN_VALUE
-from pylog.storage.dump import dump
-from pylog.storage.fs import LocalStorage
-from pylog.storage.index import OffsetIndex, TimeIndex, TxnIndex
+from pylog.storage.backends.fs import LocalStorage
+from pylog.storage.codec import records
+from pylog.storage.codec.batch import COMMIT, CONTROL_KEY, END_TXN_VALUE
+from pylog.storage.partition.index import OffsetIndex, TimeIndex, TxnIndex
+from pylog.tools.dump import dump
 from tests.kafka_fixtures import require_fixtures
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "kafka"

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pylog.storage.backends.fs import LocalStorage
 from pylog.storage.errors import CorruptIndexError, InvalidOffsetError
-from pylog.storage.fs import LocalStorage
-from pylog.storage.index import IndexFullError, OffsetIndex, TimeIndex, TxnIndex
+from pylog.storage.partition.index import IndexFullError, OffsetIndex, TimeIndex, TxnIndex
 
 INT32_MAX = 2**31 - 1
 SETTINGS = settings(

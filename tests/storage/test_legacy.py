@@ -16,13 +16,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.legacy_records import LegacyRecordBatch, LegacyRecordBatchBuilder
 
-from pylog.storage.errors import CorruptRecordError
-from pylog.storage.legacy import (
+from pylog.storage.codec.legacy import (
     CODEC_NAMES,
     LegacyEntry,
     LegacyRecord,
     decode_legacy_entry,
 )
+from pylog.storage.errors import CorruptRecordError
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "kafka"
 INVALID_CRC = "kafka-rust/fetch2.mytopic.nocompression.invalid_crc.kafka.0900"

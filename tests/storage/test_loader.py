@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from pylog.storage import records
+from pylog.storage.backends.fs import LocalStorage
+from pylog.storage.codec import records
 from pylog.storage.config import LogConfig
-from pylog.storage.fs import LocalStorage
-from pylog.storage.loader import load_log
-from pylog.storage.log import Log
+from pylog.storage.partition.loader import load_log
+from pylog.storage.partition.log import Log
 
 DIR = "t-0"
 CFG = {"segment.bytes": 2048, "index.interval.bytes": 256}

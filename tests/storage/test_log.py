@@ -9,12 +9,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch
 
-from pylog.storage import records
+from pylog.storage.backends.fs import LocalStorage
+from pylog.storage.codec import records
 from pylog.storage.config import LogConfig
 from pylog.storage.errors import InvalidOffsetError, OffsetOutOfRangeError, RecordTooLargeError
-from pylog.storage.fs import LocalStorage
-from pylog.storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, Log
-from pylog.storage.segment import INT32_MAX
+from pylog.storage.partition.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, Log
+from pylog.storage.partition.segment import INT32_MAX
 
 DIR = "t-0"
 
@@ -231,7 +231,7 @@ def test_arrow_table_append_and_read(tmp_path) -> None:  # type: ignore[no-untyp
 
 
 def test_replace_segments_swaps_and_defers_deletion(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from pylog.storage.segment import LogSegment
+    from pylog.storage.partition.segment import LogSegment
 
     lg = open_log(tmp_path, **{"segment.bytes": 600, "file.delete.delay.ms": 1000})
     for i in range(20):
@@ -278,7 +278,7 @@ def test_log_written_indexes_pass_kafka_dump_verification(tmp_path) -> None:  # 
     the dump tool's --verify-index-only and --index-sanity-check, as kafka-dump-log.sh would."""
     import io
 
-    from pylog.storage.dump import dump
+    from pylog.tools.dump import dump
 
     lg = open_log(tmp_path, **{"segment.bytes": 6000, "index.interval.bytes": 300})
     for i in range(120):

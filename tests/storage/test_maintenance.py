@@ -21,11 +21,11 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 import pylog
 from pylog.cli import main
-from pylog.storage import checkpoint as ckpt
-from pylog.storage.cleaner import Cleaner, log_to_clean
+from pylog.storage.backends.fs import LocalStorage
 from pylog.storage.config import CleanerConfig
-from pylog.storage.fs import LocalStorage
-from pylog.storage.maintenance import StderrProgress, maintain
+from pylog.storage.maintenance.cleaner import Cleaner, log_to_clean
+from pylog.storage.maintenance.runner import StderrProgress, maintain
+from pylog.storage.partition import checkpoint as ckpt
 from tests.conftest import Backend
 from tests.storage.compaction_util import (
     DAY,

@@ -17,11 +17,11 @@ import pyarrow as pa
 import pytest
 
 import pylog
-from pylog.storage import checkpoint as ckpt
+from pylog.storage.backends.fs import StorageError
+from pylog.storage.codec.partitioner import partition_for_keys
 from pylog.storage.errors import ConfigError, LogLockedError, PylogError
-from pylog.storage.fs import StorageError
-from pylog.storage.manager import CLEAN_SHUTDOWN, TABLE_SCHEMA, TOPICS_FILE
-from pylog.storage.partitioner import partition_for_keys
+from pylog.storage.partition import checkpoint as ckpt
+from pylog.storage.root.manager import CLEAN_SHUTDOWN, TABLE_SCHEMA, TOPICS_FILE
 from tests.conftest import Backend
 from tests.kafka_fixtures import b64, expected_records, manifest_logs, require_fixtures
 

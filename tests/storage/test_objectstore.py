@@ -1,4 +1,4 @@
-"""Object-store specifics (storage/objectfs.py, storage/objectstore.py) on moto's S3 server.
+"""Object-store specifics (storage/backends/objectfs.py, storage/backends/objectstore.py) on moto's S3 server.
 
 What a local root has no equivalent of: versioned manifests (one per commit, none for a
 no-op), reader snapshots, ranged GETs, merging the small segments that per-commit sealing
@@ -21,14 +21,18 @@ import pytest
 
 import pylog
 from pylog.cli import main
-from pylog.storage import objectstore
-from pylog.storage.consumers import read_consumer_offsets, write_consumer_offsets
+from pylog.storage.backends import objectstore
+from pylog.storage.backends.fs import StorageError
+from pylog.storage.backends.objectfs import MANIFESTS, manifest_key
+from pylog.storage.backends.objectstore import (
+    ConditionalWritesUnsupportedError,
+    ObjectStore,
+    ObjectStoreError,
+)
 from pylog.storage.errors import ConfigError, PylogError
-from pylog.storage.fs import StorageError
-from pylog.storage.maintenance import maintain
-from pylog.storage.manager import Root
-from pylog.storage.objectfs import MANIFESTS, manifest_key
-from pylog.storage.objectstore import ConditionalWritesUnsupportedError, ObjectStore, ObjectStoreError
+from pylog.storage.maintenance.runner import maintain
+from pylog.storage.root.consumers import read_consumer_offsets, write_consumer_offsets
+from pylog.storage.root.manager import Root
 from tests.conftest import Backend
 
 T0 = 1_700_000_000_000

@@ -15,10 +15,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from pylog.storage import publish as pub
-from pylog.storage.maintenance import maintain
-from pylog.storage.manager import Root
-from pylog.storage.objectfs import MANIFESTS, ObjectStorage
+from pylog.storage.backends.objectfs import MANIFESTS, ObjectStorage
+from pylog.storage.maintenance.runner import maintain
+from pylog.storage.root import publish as pub
+from pylog.storage.root.manager import Root
 from tests.conftest import BUCKET, Backend
 
 
@@ -209,8 +209,8 @@ def test_server_restarted_in_the_middle_of_a_compaction(s3_backend: Backend) -> 
 
 def _stage(root: Root, sink: str, batch_id: int, parts: dict[int, pa.Table], attempt: int = 0) -> list[Any]:
     """What a Spark task does: encode and write staged objects (outside the published state)."""
-    from pylog.storage import records
-    from pylog.storage.manager import partition_dir
+    from pylog.storage.codec import records
+    from pylog.storage.root.manager import partition_dir
 
     staged = []
     for p, table in parts.items():

@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.partitioner.default import murmur2 as kp_murmur2
 
-from pylog.storage import partitioner
+from pylog.storage.codec import partitioner
+from pylog.storage.codec.partitioner import murmur2, murmur2_one, partition_for_keys
 from pylog.storage.errors import ConfigError
-from pylog.storage.partitioner import murmur2, murmur2_one, partition_for_keys
 
 # Java clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.java testMurmur2 (signed).
 JAVA_VECTORS: dict[bytes, int] = {

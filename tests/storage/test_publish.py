@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 import pylog
-from pylog.storage import publish as pub
-from pylog.storage import records
-from pylog.storage.manager import Root, partition_dir
+from pylog.storage.codec import records
+from pylog.storage.root import publish as pub
+from pylog.storage.root.manager import Root, partition_dir
 from tests.conftest import Backend
 
 
@@ -144,7 +144,8 @@ def test_append_is_acknowledged_and_visible_to_other_readers(root: Root, backend
 
 CONCURRENT = textwrap.dedent("""
     import json, sys, pylog
-    from pylog.storage import publish as pub, records
+    from pylog.storage.root import publish as pub
+    from pylog.storage.codec import records
     root_dir, options, sink, n = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], int(sys.argv[4])
     for batch in range(n):
         r = pylog.open(root_dir, options or None, lock_timeout=60)

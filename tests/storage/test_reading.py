@@ -1,4 +1,4 @@
-"""The Python API's reads (``pylog.storage.reading``): offset and time ranges, streamed batches,
+"""The Python API's reads (``pylog.storage.root.reading``): offset and time ranges, streamed batches,
 pandas, bad arguments, and the broker-written Kafka fixtures read exactly.
 
 Every test but the Kafka fixture ones (broker log dirs copied to disk) runs on local disk and on
@@ -20,11 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pylog
-from pylog.storage import reading
 from pylog.storage.errors import ConfigError, CorruptRecordError, OffsetOutOfRangeError, PylogError
-from pylog.storage.log import Log
-from pylog.storage.maintenance import maintain
-from pylog.storage.manager import TABLE_SCHEMA, Root
+from pylog.storage.maintenance.runner import maintain
+from pylog.storage.partition.log import Log
+from pylog.storage.root import reading
+from pylog.storage.root.manager import TABLE_SCHEMA, Root
 from tests.conftest import BUCKET, Backend
 from tests.kafka_fixtures import b64, expected_records, manifest_logs, require_fixtures
 

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from pylog.storage import batch as B
-from pylog.storage import compression, records
+from pylog.storage.codec import batch as B
+from pylog.storage.codec import compression, records
 from pylog.storage.errors import CorruptRecordError
 from tests.kafka_fixtures import b64, expected_records, manifest_logs, require_fixtures
 
@@ -112,7 +112,7 @@ def test_aiokafka_builder_crc_vector() -> None:
     ],
 )
 def test_varint_golden_vectors(kernels: str, value: int, encoded: str) -> None:
-    from pylog.storage import _kernels
+    from pylog.storage.codec import _kernels
 
     k = _kernels.active()
     out = np.zeros(10, np.uint8)
@@ -124,7 +124,7 @@ def test_varint_golden_vectors(kernels: str, value: int, encoded: str) -> None:
 
 
 def test_vectorized_varint_sizes_match_kernel() -> None:
-    from pylog.storage import _kernels
+    from pylog.storage.codec import _kernels
 
     vals = np.array([0, 1, -1, 63, -64, 64, 2**31 - 1, -(2**31), INT64_MAX, INT64_MIN, 2**56, -(2**56)])
     assert records.varint_sizes(vals).tolist() == [_kernels.python.varint_size(int(v)) for v in vals]

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pylog.storage import checkpoint as ckpt
-from pylog.storage.fs import LocalStorage
-from pylog.storage.retention import deletable_segments, partition_key, retain
+from pylog.storage.backends.fs import LocalStorage
+from pylog.storage.maintenance.retention import deletable_segments, partition_key, retain
+from pylog.storage.partition import checkpoint as ckpt
 from tests.storage.compaction_util import (
     DIR,
     T0,

@@ -10,12 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pylog.storage import batch as B
-from pylog.storage import records, transactions
-from pylog.storage.dump import dump
+from pylog.storage.backends.fs import LocalStorage
+from pylog.storage.codec import batch as B
+from pylog.storage.codec import records
 from pylog.storage.errors import CorruptRecordError, OffsetOutOfRangeError, PylogError
-from pylog.storage.fs import LocalStorage
-from pylog.storage.loader import load_log
+from pylog.storage.partition import transactions
+from pylog.storage.partition.loader import load_log
+from pylog.tools.dump import dump
 from tests.storage.compaction_util import DIR, T0, config, open_log, put, reopen
 
 Txn = transactions.AbortedTxn

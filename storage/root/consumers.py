@@ -2,7 +2,7 @@
 
 Each query (identified by its ``groupId`` option, see :mod:`pylog.connector.options`) has one
 file in the root, in Kafka's checkpoint format (version 0, count, ``<topic> <partition> <offset>``
-lines; :mod:`pylog.storage.checkpoint`)::
+lines; :mod:`pylog.storage.partition.checkpoint`)::
 
     <root>/pylog-consumer-offsets.<groupId>
 
@@ -20,9 +20,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from pylog.storage import checkpoint as ckpt
+from pylog.storage.backends.fs import Storage
 from pylog.storage.errors import PylogError
-from pylog.storage.fs import Storage
+from pylog.storage.partition import checkpoint as ckpt
 
 log = logging.getLogger("pylog.connector")
 

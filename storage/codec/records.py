@@ -22,9 +22,9 @@ import crc32c
 import numpy as np
 import pyarrow as pa
 
-from pylog.storage import _kernels, compression
-from pylog.storage import _kernels_src as K
-from pylog.storage.batch import (
+from pylog.storage.codec import _kernels, compression
+from pylog.storage.codec import _kernels_src as K
+from pylog.storage.codec.batch import (
     CONTROL_MASK,
     HEADER,
     HEADER_SIZE,
@@ -36,8 +36,8 @@ from pylog.storage.batch import (
     scan_entries,
     verify_crcs,
 )
-from pylog.storage.columns import HEADER_TYPE, binary_parts, header_parts, timestamps_ms, varint_sizes
-from pylog.storage.columns import to_binary_array as _to_arrow
+from pylog.storage.codec.columns import HEADER_TYPE, binary_parts, header_parts, timestamps_ms, varint_sizes
+from pylog.storage.codec.columns import to_binary_array as _to_arrow
 from pylog.storage.errors import ConfigError, CorruptRecordError
 
 DEFAULT_BATCH_BYTES = 1 << 20
@@ -359,7 +359,7 @@ def _decode_legacy(
     data: np.ndarray, h: BatchHeaders, verify_crc: bool, path: str | None, base: int
 ) -> list[Any]:
     """Decode legacy entries (a per-entry Python step: legacy data is rare and small)."""
-    from pylog.storage.legacy import decode_legacy_entry
+    from pylog.storage.codec.legacy import decode_legacy_entry
 
     rows: list[Any] = []
     mv = data.data
@@ -547,7 +547,7 @@ def control_batch(
     partition_leader_epoch: int = -1,
 ) -> bytes:
     """An end-transaction marker batch (ABORT=0 / COMMIT=1) as Kafka writes it."""
-    from pylog.storage.batch import CONTROL_KEY, END_TXN_VALUE
+    from pylog.storage.codec.batch import CONTROL_KEY, END_TXN_VALUE
 
     enc = encode(
         [END_TXN_VALUE.pack(0, coordinator_epoch)],

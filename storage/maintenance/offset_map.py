@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pylog.storage import _kernels
+from pylog.storage.codec import _kernels
 from pylog.storage.errors import ConfigError
 
 SLOT_BYTES = 24

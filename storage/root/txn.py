@@ -3,7 +3,7 @@
 On local disk a change of a root is made durable step by step with Kafka's mechanisms, and
 :meth:`Transactions.transaction` just runs the function.  On an object store every public
 operation that changes the root (``create_topic``, ``append``, ``publish``, maintenance...) runs
-as one transaction: its file changes collect in :class:`~pylog.storage.objectfs.ObjectStorage`'s
+as one transaction: its file changes collect in :class:`~pylog.storage.backends.objectfs.ObjectStorage`'s
 working tree, the logs it wrote are sealed (an object is never appended to), and one manifest
 commit publishes everything.  A commit that loses the race to another writer loads the newest
 state and runs the operation again; an operation that raises publishes nothing.
@@ -18,14 +18,14 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pylog.storage import checkpoint as ckpt
-from pylog.storage import publish as pub
+from pylog.storage.backends.objectfs import CommitConflictError, ObjectStorage
 from pylog.storage.errors import CorruptCheckpointError, PylogError
-from pylog.storage.objectfs import CommitConflictError, ObjectStorage
+from pylog.storage.partition import checkpoint as ckpt
+from pylog.storage.root import publish as pub
 
 if TYPE_CHECKING:
-    from pylog.storage.fs import Storage
-    from pylog.storage.log import Log
+    from pylog.storage.backends.fs import Storage
+    from pylog.storage.partition.log import Log
 
 log = logging.getLogger("pylog.storage")
 
@@ -48,7 +48,7 @@ def mutation(fn: Callable[..., T]) -> Callable[..., T]:
 
 
 class Transactions:
-    """The transaction machinery of :class:`~pylog.storage.manager.Root`."""
+    """The transaction machinery of :class:`~pylog.storage.root.manager.Root`."""
 
     storage: Storage
     _txn_depth: int

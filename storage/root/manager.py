@@ -30,18 +30,18 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from pylog.storage import checkpoint as ckpt
-from pylog.storage import publish as pub
-from pylog.storage import records
+from pylog.storage.backends.fs import LocalStorage, Storage
+from pylog.storage.backends.objectfs import ObjectStorage
+from pylog.storage.backends.objectstore import is_object_url
+from pylog.storage.codec import records
+from pylog.storage.codec.partitioner import partition_for_keys
 from pylog.storage.config import LogConfig, validate_topic_name
 from pylog.storage.errors import ConfigError, CorruptCheckpointError, LogLockedError, PylogError
-from pylog.storage.fs import LocalStorage, Storage
-from pylog.storage.loader import Recovery, load_log
-from pylog.storage.log import AppendInfo, Log
-from pylog.storage.objectfs import ObjectStorage
-from pylog.storage.objectstore import is_object_url
-from pylog.storage.partitioner import partition_for_keys
-from pylog.storage.txn import CLEAN_SHUTDOWN, CLEAN_SHUTDOWN_CONTENT, Transactions, mutation
+from pylog.storage.partition import checkpoint as ckpt
+from pylog.storage.partition.loader import Recovery, load_log
+from pylog.storage.partition.log import AppendInfo, Log
+from pylog.storage.root import publish as pub
+from pylog.storage.root.txn import CLEAN_SHUTDOWN, CLEAN_SHUTDOWN_CONTENT, Transactions, mutation
 
 log = logging.getLogger("pylog.storage")
 
@@ -514,7 +514,7 @@ class Root(Transactions):
         the first offset whose timestamp is >= it); timestamps are milliseconds since the epoch,
         ``datetime`` (naive: UTC) or ``numpy.datetime64``.  A partition with no record at or after
         ``start_timestamp`` gives no rows; a ``start_offset`` beyond a partition's log end offset is
-        an :class:`OffsetOutOfRangeError`.  See :mod:`pylog.storage.reading`; :meth:`read_batches`
+        an :class:`OffsetOutOfRangeError`.  See :mod:`pylog.storage.root.reading`; :meth:`read_batches`
         streams the same rows.
 
         >>> import pylog, tempfile
@@ -533,7 +533,7 @@ class Root(Transactions):
         2
         >>> root.close()
         """
-        from pylog.storage import reading
+        from pylog.storage.root import reading
 
         return reading.read_table(
             self,
@@ -571,13 +571,13 @@ class Root(Transactions):
         >>> sum(sizes), max(sizes) <= 300
         (1000, True)
         >>> import pyarrow as pa   # a stream DuckDB, Polars or pyarrow.dataset can scan:
-        >>> from pylog.storage.manager import TABLE_SCHEMA
+        >>> from pylog.storage.root.manager import TABLE_SCHEMA
         >>> reader = pa.RecordBatchReader.from_batches(TABLE_SCHEMA, root.read_batches("clicks"))
         >>> reader.read_all().num_rows
         1000
         >>> root.close()
         """
-        from pylog.storage import reading
+        from pylog.storage.root import reading
 
         return reading.read_batches(
             self,
@@ -615,7 +615,7 @@ class Root(Transactions):
         (2, 'datetime64[ms, UTC]', [b'a', b'b'])
         >>> root.close()
         """
-        from pylog.storage import reading
+        from pylog.storage.root import reading
 
         return reading.to_pandas(
             self,

@@ -1,8 +1,8 @@
 """Reading a topic without Spark: offset or time ranges, as one table or as streamed batches.
 
-The logic behind :meth:`Root.read_table <pylog.storage.manager.Root.read_table>`,
-:meth:`~pylog.storage.manager.Root.read_batches` and :meth:`~pylog.storage.manager.Root.to_pandas`.
-Rows have the columns of Spark's Kafka source (:data:`~pylog.storage.manager.TABLE_SCHEMA`).
+The logic behind :meth:`Root.read_table <pylog.storage.root.manager.Root.read_table>`,
+:meth:`~pylog.storage.root.manager.Root.read_batches` and :meth:`~pylog.storage.root.manager.Root.to_pandas`.
+Rows have the columns of Spark's Kafka source (:data:`~pylog.storage.root.manager.TABLE_SCHEMA`).
 
 A range is resolved per partition into offsets ``[start, end)`` exactly as Spark's Kafka source
 resolves its options:
@@ -37,11 +37,11 @@ import numpy as np
 import pyarrow as pa
 
 from pylog.storage.errors import ConfigError, OffsetOutOfRangeError
-from pylog.storage.log import DEFAULT_FETCH_BYTES, Log
-from pylog.storage.manager import TABLE_SCHEMA, kafka_columns
+from pylog.storage.partition.log import DEFAULT_FETCH_BYTES, Log
+from pylog.storage.root.manager import TABLE_SCHEMA, kafka_columns
 
 if TYPE_CHECKING:
-    from pylog.storage.manager import Root
+    from pylog.storage.root.manager import Root
 
 TimestampLike = int | dt.datetime | np.datetime64
 """Milliseconds since the epoch, a ``datetime`` (naive: UTC) or a ``numpy.datetime64``."""

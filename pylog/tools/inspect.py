@@ -13,12 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from pylog.storage import checkpoint as ckpt
-from pylog.storage import records
-from pylog.storage.consumers import consumer_lag, read_consumer_offsets
+from pylog.storage.backends.fs import LocalStorage
+from pylog.storage.codec import records
 from pylog.storage.errors import PylogError
-from pylog.storage.fs import LocalStorage
-from pylog.storage.manager import CLEAN_SHUTDOWN, Root, partition_dir
+from pylog.storage.partition import checkpoint as ckpt
+from pylog.storage.root.consumers import consumer_lag, read_consumer_offsets
+from pylog.storage.root.manager import CLEAN_SHUTDOWN, Root, partition_dir
 
 
 def describe(root: Root) -> dict[str, Any]:
@@ -189,7 +189,7 @@ def _verify_segment(
 
 def _verify_indexes(storage: LocalStorage, seg: Any) -> list[Problem]:
     """Index entries checked against the log with the dump tool's --verify-index-only."""
-    from pylog.storage.dump import dump
+    from pylog.tools.dump import dump
 
     found = []
     for idx in (seg.offset_index, seg.time_index):

@@ -21,14 +21,14 @@ it is small and not segment data) and lists the directories.  A commit
    until then, so readers of an older manifest finish).
 
 A writer that loses the race (N+1 exists and is not ours) removes its uploads and raises
-:class:`CommitConflictError`; :class:`~pylog.storage.manager.Root` then re-reads the newest
+:class:`CommitConflictError`; :class:`~pylog.storage.root.manager.Root` then re-reads the newest
 state and runs the operation again.  Every crash leaves manifest N or N+1 complete; what a
 crashed writer uploaded is unreferenced and removed by :meth:`ObjectStorage.sweep_orphans`.
 
 Renames and deletions are changes of the tree only (no object is copied), so Kafka's swap
 protocol costs nothing here.  Objects are never appended to: the root seals (rolls) every
 active segment that received data before it commits, so each commit writes whole segments
-and the compactor merges small ones (:mod:`pylog.storage.merge`).
+and the compactor merges small ones (:mod:`pylog.storage.maintenance.merge`).
 """
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from pylog.storage.backends.fs import AppendFile, Storage, StorageError
+from pylog.storage.backends.objectstore import ObjectStore
 from pylog.storage.errors import PylogError
-from pylog.storage.fs import AppendFile, Storage, StorageError
-from pylog.storage.objectstore import ObjectStore
 
 log = logging.getLogger("pylog.storage")
 

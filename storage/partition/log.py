@@ -17,12 +17,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from pylog.storage import batch as B
-from pylog.storage import compression, records, transactions
+from pylog.storage.backends.fs import Storage
+from pylog.storage.codec import batch as B
+from pylog.storage.codec import compression, records
 from pylog.storage.config import LogConfig
 from pylog.storage.errors import InvalidOffsetError, OffsetOutOfRangeError, RecordTooLargeError
-from pylog.storage.fs import Storage
-from pylog.storage.segment import INT32_MAX, LogSegment
+from pylog.storage.partition import transactions
+from pylog.storage.partition.segment import INT32_MAX, LogSegment
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -55,7 +56,7 @@ class TimestampOffset:
 class Log:
     """A partition's log in ``directory`` (``<topic>-<partition>``) of ``storage``.
 
-    Construct with :func:`pylog.storage.loader.load_log` (which recovers the files), or
+    Construct with :func:`pylog.storage.partition.loader.load_log` (which recovers the files), or
     :meth:`Log.open`."""
 
     def __init__(
@@ -88,7 +89,7 @@ class Log:
 
     @classmethod
     def open(cls, storage: Storage, directory: str, config: LogConfig | None = None, **kwargs: Any) -> Log:
-        from pylog.storage.loader import load_log
+        from pylog.storage.partition.loader import load_log
 
         return load_log(storage, directory, config or LogConfig(), **kwargs).log
 

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 import crc32c
 import numpy as np
 
-from pylog.storage import _kernels, compression, records
-from pylog.storage import batch as B
+from pylog.storage.codec import _kernels, compression, records
+from pylog.storage.codec import batch as B
 from pylog.storage.errors import CorruptRecordError
 
 COPY, REBUILD, EMPTY, DROP = 0, 1, 2, 3

@@ -33,8 +33,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from pylog.storage.backends.fs import Storage
 from pylog.storage.errors import PylogError
-from pylog.storage.fs import Storage
 
 STATE_FILE = "pylog-state.json"
 STAGE_PREFIX = ".pylog-stage."

@@ -33,13 +33,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from pylog.storage import batch as B
-from pylog.storage import records
+from pylog.storage.codec import batch as B
+from pylog.storage.codec import records
 from pylog.storage.errors import CorruptRecordError, OffsetOutOfRangeError, PylogError
 
 if TYPE_CHECKING:
-    from pylog.storage.log import Log
-    from pylog.storage.segment import LogSegment
+    from pylog.storage.partition.log import Log
+    from pylog.storage.partition.segment import LogSegment
 
 PRODUCER_ID_EXPIRATION_MS = 86_400_000
 """Kafka's ``producer.id.expiration.ms`` default: an idle producer without an open
@@ -145,7 +145,7 @@ def control_types(data: np.ndarray, h: B.BatchHeaders) -> np.ndarray:
     rows = rows[h.records_count[rows] > 0]
     if rows.size == 0:
         return out
-    from pylog.storage.rewrite import walk
+    from pylog.storage.codec.rewrite import walk
 
     sp = walk(data, h.take(rows))
     firsts = sp.first[:-1]

@@ -16,8 +16,8 @@ small ones being accumulated, plus the active segment.
 from __future__ import annotations
 
 from pylog.storage.config import INT32_MAX
-from pylog.storage.log import Log
-from pylog.storage.segment import LogSegment, relative_headers
+from pylog.storage.partition.log import Log
+from pylog.storage.partition.segment import LogSegment, relative_headers
 
 MIN_SEGMENTS = 8
 """A run of fewer small segments is left as it is (merging too eagerly rewrites bytes often)."""

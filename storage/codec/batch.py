@@ -38,8 +38,8 @@ from dataclasses import dataclass, fields
 import crc32c
 import numpy as np
 
-from pylog.storage import _kernels
-from pylog.storage._kernels_src import E_ENTRY_SIZE, E_TORN_ENTRY
+from pylog.storage.codec import _kernels
+from pylog.storage.codec._kernels_src import E_ENTRY_SIZE, E_TORN_ENTRY
 from pylog.storage.errors import CorruptRecordError
 
 HEADER = struct.Struct(">qiibIhiqqqhii")

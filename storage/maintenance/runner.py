@@ -23,14 +23,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
-from pylog.storage import checkpoint as ckpt
-from pylog.storage.cleaner import Cleaner, CleanResult, LogToClean, log_to_clean
 from pylog.storage.config import CleanerConfig
 from pylog.storage.errors import PylogError
-from pylog.storage.log import Log
-from pylog.storage.manager import Root
-from pylog.storage.merge import merge_small_segments
-from pylog.storage.retention import RetentionResult, partition_key, retain
+from pylog.storage.maintenance.cleaner import Cleaner, CleanResult, LogToClean, log_to_clean
+from pylog.storage.maintenance.merge import merge_small_segments
+from pylog.storage.maintenance.retention import RetentionResult, partition_key, retain
+from pylog.storage.partition import checkpoint as ckpt
+from pylog.storage.partition.log import Log
+from pylog.storage.root.manager import Root
 
 ProgressFn = Callable[[str, int, int], None]
 """``progress(what, done, total)``: bytes processed so far of the current log's work."""

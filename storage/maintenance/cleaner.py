@@ -12,7 +12,7 @@ One cleaning pass (kafka-format.md §7):
    the ratio exceeds ``min.cleanable.dirty.ratio`` or a dirty segment is older than
    ``max.compaction.lag.ms``, the filthiest log first.
 2. **Offset map.** The dirty segments are read and every keyed record of a non-aborted data
-   batch is put in the :class:`~pylog.storage.offset_map.OffsetMap` (key hash -> offset),
+   batch is put in the :class:`~pylog.storage.maintenance.offset_map.OffsetMap` (key hash -> offset),
    whole chunks at a time.  When the map is full the pass covers only the records read so
    far; the rest waits for the next pass (Kafka's partial cleaning; every pass maps at least
    one record, so cleaning always progresses).  ``end = latest mapped offset + 1`` becomes the
@@ -46,9 +46,11 @@ from typing import TypeVar
 
 import numpy as np
 
-from pylog.storage import batch as B
-from pylog.storage import rewrite, transactions
-from pylog.storage.cleanable import (
+from pylog.storage.codec import batch as B
+from pylog.storage.codec import rewrite
+from pylog.storage.config import INT32_MAX, INT64_MAX, CleanerConfig
+from pylog.storage.errors import CorruptRecordError
+from pylog.storage.maintenance.cleanable import (
     LogToClean,
     first_dirty_offset,
     first_uncleanable_offset,
@@ -56,12 +58,11 @@ from pylog.storage.cleanable import (
     log_to_clean,
     max_compaction_delay,
 )
-from pylog.storage.config import INT32_MAX, INT64_MAX, CleanerConfig
-from pylog.storage.errors import CorruptRecordError
-from pylog.storage.index import TxnIndex
-from pylog.storage.log import Log
-from pylog.storage.offset_map import OffsetMap, hash_spans
-from pylog.storage.segment import Located, LogSegment
+from pylog.storage.maintenance.offset_map import OffsetMap, hash_spans
+from pylog.storage.partition import transactions
+from pylog.storage.partition.index import TxnIndex
+from pylog.storage.partition.log import Log
+from pylog.storage.partition.segment import Located, LogSegment
 
 Progress = Callable[[int], None]
 """Called with the number of bytes just processed."""

@@ -1,6 +1,6 @@
 """The sequential inner loops of the RecordBatch v2 codec.
 
-This file is loaded twice by :mod:`pylog.storage._kernels`: once as plain Python (the
+This file is loaded twice by :mod:`pylog.storage.codec._kernels`: once as plain Python (the
 fallback, and the bounds-checked oracle the tests run) and once with every function compiled
 by numba.  The code is therefore written in the subset both understand: numpy arrays, ints,
 tuples, no Python objects.  Helpers whose Python and compiled semantics differ (64-bit

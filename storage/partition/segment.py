@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pylog.storage import batch as B
+from pylog.storage.backends.fs import AppendFile, Storage, join
+from pylog.storage.codec import batch as B
 from pylog.storage.config import LogConfig
 from pylog.storage.errors import CorruptRecordError, InvalidOffsetError
-from pylog.storage.fs import AppendFile, Storage, join
-from pylog.storage.index import OffsetIndex, TimeIndex, TxnIndex
+from pylog.storage.partition.index import OffsetIndex, TimeIndex, TxnIndex
 
 READ_CHUNK = 8 << 20
 INT32_MAX = 2**31 - 1
@@ -250,7 +250,7 @@ class LogSegment:
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int = 0) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= ``timestamp`` and offset >=
         ``starting_offset``, or None (Kafka's ``LogSegment.findOffsetByTimestamp``)."""
-        from pylog.storage import records
+        from pylog.storage.codec import records
 
         _, ts_off = self.time_index.lookup(timestamp)
         _, pos = self.offset_index.lookup(max(ts_off, starting_offset))

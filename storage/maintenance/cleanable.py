@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pylog.storage import transactions
 from pylog.storage.config import INT32_MAX, INT64_MAX
-from pylog.storage.log import Log
-from pylog.storage.segment import LogSegment
+from pylog.storage.partition import transactions
+from pylog.storage.partition.log import Log
+from pylog.storage.partition.segment import LogSegment
 
 
 @dataclass(frozen=True)

@@ -35,8 +35,8 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
+from pylog.storage.backends.fs import AppendFile, Storage
 from pylog.storage.errors import CorruptIndexError, InvalidOffsetError
-from pylog.storage.fs import AppendFile, Storage
 
 OFFSET_ENTRY = struct.Struct(">ii")  # relativeOffset, position
 TIME_ENTRY = struct.Struct(">qi")  # timestamp, relativeOffset

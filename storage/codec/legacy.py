@@ -34,7 +34,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 
-from pylog.storage.compression import decompress
+from pylog.storage.codec.compression import decompress
 from pylog.storage.errors import CorruptRecordError
 
 __all__ = ["LegacyEntry", "LegacyRecord", "decode_legacy_entry"]

@@ -21,11 +21,11 @@ import logging
 import re
 from dataclasses import dataclass, field
 
+from pylog.storage.backends.fs import Storage, join
 from pylog.storage.config import LogConfig
 from pylog.storage.errors import CorruptIndexError, CorruptRecordError
-from pylog.storage.fs import Storage, join
-from pylog.storage.log import Log, now_ms
-from pylog.storage.segment import LogSegment
+from pylog.storage.partition.log import Log, now_ms
+from pylog.storage.partition.segment import LogSegment
 
 log = logging.getLogger("pylog.storage")
 

@@ -35,8 +35,9 @@ from typing import TextIO
 
 import numpy as np
 
-from pylog.storage import compression, records
-from pylog.storage.batch import (
+from pylog.storage.backends.fs import LocalStorage
+from pylog.storage.codec import compression, records
+from pylog.storage.codec.batch import (
     CONTROL_KEY,
     CONTROL_TYPES,
     BatchHeaders,
@@ -49,8 +50,7 @@ from pylog.storage.batch import (
     verify_crcs,
 )
 from pylog.storage.errors import CorruptIndexError, CorruptRecordError, PylogError
-from pylog.storage.fs import LocalStorage
-from pylog.storage.index import OffsetIndex, TimeIndex, TxnIndex
+from pylog.storage.partition.index import OffsetIndex, TimeIndex, TxnIndex
 
 LEGACY_V0 = struct.Struct(">qiIbb")  # offset, messageSize, crc, magic, attributes
 LEGACY_V1 = struct.Struct(">qiIbbq")  # ... timestamp

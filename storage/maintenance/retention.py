@@ -35,9 +35,9 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pylog.storage import checkpoint as ckpt
-from pylog.storage.log import Log
-from pylog.storage.segment import LogSegment
+from pylog.storage.partition import checkpoint as ckpt
+from pylog.storage.partition.log import Log
+from pylog.storage.partition.segment import LogSegment
 
 _PARTITION_DIR = re.compile(r"^(?:.*/)?([a-zA-Z0-9._-]+)-(\d+)$")
 
