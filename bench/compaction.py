@@ -63,9 +63,9 @@ def _config(segment_bytes: int) -> Any:
 def generate(root: Path, n_keys: int, n_records: int, segment_bytes: int) -> tuple[int, int]:
     """Write the log; returns (bytes, distinct keys written)."""
     from pylog.storage.backends.fs import LocalStorage
-    from pylog.storage.partition.log import Log
+    from pylog.storage.partition.loader import open_log
 
-    lg = Log.open(LocalStorage(root), DIR, _config(segment_bytes), had_clean_shutdown=True)
+    lg = open_log(LocalStorage(root), DIR, _config(segment_bytes), had_clean_shutdown=True)
     rng = np.random.default_rng(1)
     seen = np.zeros(n_keys, bool)
     for start in range(0, n_records, CHUNK):
@@ -126,12 +126,12 @@ def child(root: str, dedupe: int, segment_bytes: int) -> None:
     from pylog.storage.config import CleanerConfig
     from pylog.storage.maintenance.cleaner import Cleaner
     from pylog.storage.maintenance.runner import maintain
-    from pylog.storage.partition.log import Log
+    from pylog.storage.partition.loader import open_log
 
     rss = peak_rss_mb
     t = time.perf_counter()
     with tempfile.TemporaryDirectory() as warm:  # load the compiled kernels (numba cache)
-        lg = Log.open(LocalStorage(warm), DIR, _config(1024), had_clean_shutdown=True)
+        lg = open_log(LocalStorage(warm), DIR, _config(1024), had_clean_shutdown=True)
         for i in range(30):
             lg.append([b"v%d" % i], key=[b"k%d" % (i % 3)], timestamp=T0)
         lg.roll()
@@ -140,7 +140,7 @@ def child(root: str, dedupe: int, segment_bytes: int) -> None:
     warmup_s = time.perf_counter() - t
     baseline = rss()
     cleaner = Cleaner(CleanerConfig.from_dict({"log.cleaner.dedupe.buffer.size": dedupe}))
-    lg = Log.open(LocalStorage(root), DIR, _config(segment_bytes), had_clean_shutdown=True)
+    lg = open_log(LocalStorage(root), DIR, _config(segment_bytes), had_clean_shutdown=True)
     size = lg.size
     t, cpu = time.perf_counter(), time.process_time()
     report = maintain(lg, now=T0 + 10**6, force=True, cleaner=cleaner)

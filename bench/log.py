@@ -34,6 +34,7 @@ import pyarrow as pa
 from pylog.storage.backends.fs import LocalStorage
 from pylog.storage.codec import records
 from pylog.storage.config import LogConfig
+from pylog.storage.partition import loader
 from pylog.storage.partition.log import Log
 
 CHUNK = 10_000
@@ -61,7 +62,7 @@ def make(n: int, value_size: int) -> tuple[pa.Array, pa.Array, np.ndarray]:
 
 
 def open_log(root: Path, **cfg: Any) -> Log:
-    return Log.open(LocalStorage(root), "bench-0", LogConfig.from_dict(cfg), had_clean_shutdown=True)
+    return loader.open_log(LocalStorage(root), "bench-0", LogConfig.from_dict(cfg), had_clean_shutdown=True)
 
 
 def bench_append_read(tmp: Path, n: int, value_size: int, repeat: int) -> dict[str, float]:

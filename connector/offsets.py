@@ -33,7 +33,7 @@ from pylog.connector.options import (
     SourceOptions,
     Subscription,
 )
-from pylog.storage.errors import PylogError
+from pylog.storage.errors import DataLossError, PylogError
 from pylog.storage.partition.log import Log
 from pylog.storage.root.manager import Root
 
@@ -48,10 +48,6 @@ DATA_LOSS_HINT = (
     "retention removed them before they were read, or the log was deleted and recreated. If you want "
     "the query to continue despite such data loss, set the source option failOnDataLoss to false."
 )
-
-
-class DataLossError(PylogError):
-    """Offsets a query needs are gone (retention, deletion) and failOnDataLoss is true."""
 
 
 def report_data_loss(message: str, fail_on_data_loss: bool) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pylog.storage.config import validate_topic_name
-from pylog.storage.errors import ConfigError
+from pylog.storage.errors import ConfigError, SourceOptionError
 
 log = logging.getLogger("pylog.connector")
 
@@ -34,10 +34,6 @@ INT64_MAX = 2**63 - 1
 
 STORAGE_PREFIX = "storage."
 """Options starting with this prefix are passed (without it) to the storage as fsspec options."""
-
-
-class SourceOptionError(ConfigError):
-    """An invalid, unknown or conflicting source option (Kafka's IllegalArgumentException)."""
 
 
 # canonical name -> one line of documentation (the valid values).  Keys are matched case-insensitively.

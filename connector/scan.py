@@ -27,9 +27,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pylog.connector.offsets import open_root, report_data_loss
-from pylog.storage.backends.fs import StorageError
 from pylog.storage.codec import records
-from pylog.storage.errors import PylogError
+from pylog.storage.errors import PylogError, StorageError
 from pylog.storage.partition.log import Log
 from pylog.storage.root.manager import kafka_columns
 

@@ -50,12 +50,11 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from pylog.storage.backends.fs import StorageError
 from pylog.storage.backends.objectfs import ObjectStorage
 from pylog.storage.codec import records
 from pylog.storage.codec.partitioner import partition_for_keys
 from pylog.storage.config import LogConfig, validate_topic_name
-from pylog.storage.errors import ConfigError
+from pylog.storage.errors import ConfigError, SinkSchemaError, StorageError
 from pylog.storage.root import publish as pub
 from pylog.storage.root.manager import Root, partition_dir
 
@@ -72,10 +71,6 @@ SINK_OPTIONS = {
     "queryname",
 }
 _BINARY_OR_STRING = (BinaryType, StringType)
-
-
-class SinkSchemaError(ConfigError):
-    """The DataFrame written does not follow the pylog/Kafka sink column contract."""
 
 
 @dataclass(frozen=True)

@@ -45,11 +45,11 @@ from pylog.connector.offsets import (
     resolve,
     split_ranges,
 )
-from pylog.connector.options import SourceOptionError, SourceOptions, Subscription, parse_options
+from pylog.connector.options import SourceOptions, Subscription, parse_options
 from pylog.connector.pushdown import Bounds, push_filters
 from pylog.connector.scan import ReadTask, read_task
 from pylog.connector.sink import SinkMixin
-from pylog.storage.errors import PylogError
+from pylog.storage.errors import PylogError, SourceOptionError, UnknownTopicError
 
 TopicPartition = tuple[str, int]
 
@@ -239,5 +239,7 @@ def listing(view: RootView, subscription: Subscription) -> list[TopicPartition]:
                 + ")"
                 for t, p in missing
             )
-            raise PylogError(f"option assign: topic-partitions that do not exist in {view.path}: {detail}")
+            raise UnknownTopicError(
+                f"option assign: topic-partitions that do not exist in {view.path}: {detail}"
+            )
     return tps

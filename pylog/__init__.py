@@ -3,16 +3,65 @@
 >>> import pylog
 >>> root = pylog.open("/tmp/pylog-doctest")          # doctest: +SKIP
 >>> root.create_topic("events", partitions=4)        # doctest: +SKIP
+
+Every error pylog raises on purpose is a :class:`PylogError`; the subclasses callers match on
+are exported here (``except pylog.UnknownTopicError``), all defined in
+:mod:`pylog.storage.errors`.
 """
 
 from pylog.storage.errors import (
+    CommitConflictError,
+    CommitOutcomeUnknownError,
+    ConditionalWritesUnsupportedError,
     ConfigError,
+    CorruptCheckpointError,
+    CorruptIndexError,
+    CorruptMetadataError,
     CorruptRecordError,
+    DataLossError,
+    DumpError,
+    IndexFullError,
+    InvalidOffsetError,
+    LogLockedError,
+    ObjectStoreError,
     OffsetOutOfRangeError,
     PylogError,
+    ReadOnlyError,
+    RecordTooLargeError,
+    SinkSchemaError,
+    SourceOptionError,
+    StorageError,
+    TopicExistsError,
+    UnknownTopicError,
 )
 from pylog.storage.root.manager import Root
 from pylog.storage.root.manager import open_root as open
 
-__all__ = ["ConfigError", "CorruptRecordError", "OffsetOutOfRangeError", "PylogError", "Root", "open"]
+__all__ = [
+    "CommitConflictError",
+    "CommitOutcomeUnknownError",
+    "ConditionalWritesUnsupportedError",
+    "ConfigError",
+    "CorruptCheckpointError",
+    "CorruptIndexError",
+    "CorruptMetadataError",
+    "CorruptRecordError",
+    "DataLossError",
+    "DumpError",
+    "IndexFullError",
+    "InvalidOffsetError",
+    "LogLockedError",
+    "ObjectStoreError",
+    "OffsetOutOfRangeError",
+    "PylogError",
+    "ReadOnlyError",
+    "RecordTooLargeError",
+    "Root",
+    "SinkSchemaError",
+    "SourceOptionError",
+    "StorageError",
+    "TopicExistsError",
+    "UnknownTopicError",
+    "open",
+]
 __version__ = "0.1.0"

@@ -71,3 +71,69 @@ class InvalidOffsetError(PylogError, ValueError):
 
 class RecordTooLargeError(PylogError, ValueError):
     """A batch larger than ``max.message.bytes`` or ``segment.bytes``."""
+
+
+class IndexFullError(InvalidOffsetError):
+    """An append to an index that holds ``max_entries`` entries already."""
+
+
+# ---------------------------------------------------------------- topics and roots
+
+
+class UnknownTopicError(PylogError, LookupError):
+    """A topic (or topic-partition) that the root does not hold; the message lists those it does."""
+
+
+class TopicExistsError(PylogError):
+    """``create_topic`` for a name the root already holds."""
+
+
+class ReadOnlyError(PylogError):
+    """A change asked of a root opened with ``read_only=True``."""
+
+
+class CorruptMetadataError(PylogError):
+    """A pylog metadata file (topic metadata, state file, object-store manifest) that cannot be
+    parsed; the message names the file."""
+
+
+class CommitConflictError(PylogError):
+    """Another writer published the manifest this commit wanted to create."""
+
+
+# ---------------------------------------------------------------- storage backends
+
+
+class StorageError(PylogError):
+    """A path outside the root, or an I/O failure with the path it concerns."""
+
+
+class ObjectStoreError(PylogError):
+    """An object-store operation failed, naming the URL (never the credentials)."""
+
+
+class CommitOutcomeUnknownError(ObjectStoreError):
+    """A conditional create whose outcome could not be learned (the server stayed unreachable)."""
+
+
+class ConditionalWritesUnsupportedError(ObjectStoreError):
+    """The target does not honour put-if-absent: writing could lose data, so pylog refuses."""
+
+
+# ---------------------------------------------------------------- readers, writers and tools
+
+
+class DataLossError(PylogError):
+    """Offsets a query needs are gone (retention, deletion) and failOnDataLoss is true."""
+
+
+class SourceOptionError(ConfigError):
+    """An invalid, unknown or conflicting source option (Kafka's IllegalArgumentException)."""
+
+
+class SinkSchemaError(ConfigError):
+    """The DataFrame written does not follow the pylog/Kafka sink column contract."""
+
+
+class DumpError(PylogError):
+    """A file that cannot be dumped (missing, unreadable, badly named)."""

@@ -49,7 +49,7 @@ from pylog.storage.codec.batch import (
     scan_entries,
     verify_crcs,
 )
-from pylog.storage.errors import CorruptIndexError, CorruptRecordError, PylogError
+from pylog.storage.errors import CorruptIndexError, CorruptRecordError, DumpError, PylogError
 from pylog.storage.partition.index import OffsetIndex, TimeIndex, TxnIndex
 
 LEGACY_V0 = struct.Struct(">qiIbb")  # offset, messageSize, crc, magic, attributes
@@ -63,10 +63,6 @@ DECODE_CHUNK = 32 << 20  # bytes of batches decoded at once for --deep-iteration
 TIMESTAMP_TYPES = {-1: "NoTimestampType", 0: "CreateTime", 1: "LogAppendTime"}
 LEGACY_CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 _NUMERIC = re.compile(r"[+-]?\d+")
-
-
-class DumpError(PylogError):
-    """A file that cannot be dumped (missing, unreadable, badly named)."""
 
 
 @dataclass

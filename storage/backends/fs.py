@@ -8,7 +8,7 @@ name can make pylog read or write outside it.
 ``LocalStorage`` implements Kafka's local-disk mechanisms: appends to open files, fsync of
 files and directories, and durable replacement (tmp file in the same directory → fsync →
 ``os.replace`` → fsync the directory).  An object-store implementation follows the same
-interface (see DESIGN.md §3).
+interface: :class:`pylog.storage.backends.objectfs.ObjectStorage`.
 """
 
 from __future__ import annotations
@@ -20,16 +20,12 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import BinaryIO
 
-from pylog.storage.errors import LogLockedError, PylogError
+from pylog.storage.errors import LogLockedError, StorageError
 
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
-
-
-class StorageError(PylogError):
-    """A path outside the root, or an I/O failure with the path it concerns."""
 
 
 class AppendFile(ABC):

@@ -46,9 +46,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pylog.storage.backends.fs import AppendFile, Storage, StorageError
+from pylog.storage.backends.fs import AppendFile, Storage
 from pylog.storage.backends.objectstore import ObjectStore
-from pylog.storage.errors import PylogError
+from pylog.storage.errors import CommitConflictError, CorruptMetadataError, StorageError
 
 log = logging.getLogger("pylog.storage")
 
@@ -65,10 +65,6 @@ FIRST_READ = 256 << 10
 
 _NEWEST: dict[str, tuple[int, str, dict[str, Any]]] = {}
 """Per URL, the newest manifest this process has read or written: number, ETag, document."""
-
-
-class CommitConflictError(PylogError):
-    """Another writer published the manifest this commit wanted to create."""
 
 
 def manifest_key(number: int) -> str:
@@ -299,7 +295,7 @@ class ObjectStorage(Storage):
             if not isinstance(doc["files"], dict) or not isinstance(doc["dirs"], list):
                 raise ValueError("files/dirs have the wrong types")
         except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise PylogError(f"{self.store.url}/{key}: corrupt manifest: {e}") from e
+            raise CorruptMetadataError(f"{self.store.url}/{key}: corrupt manifest: {e}") from e
         return dict(doc)
 
     def _load(self, doc: dict[str, Any] | None) -> None:

@@ -36,7 +36,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from pylog.storage.errors import ConfigError, PylogError
+from pylog.storage.errors import (
+    CommitOutcomeUnknownError,
+    ConditionalWritesUnsupportedError,
+    ConfigError,
+    ObjectStoreError,
+)
 
 log = logging.getLogger("pylog.storage")
 
@@ -49,18 +54,6 @@ PYLOG_OPTIONS = {
     "pylog.read_ahead_bytes": "largest read-ahead of a sequential scan of one object (8388608)",
 }
 _SECRET_WORDS = ("secret", "key", "token", "password", "credential", "session")
-
-
-class ObjectStoreError(PylogError):
-    """An object-store operation failed, naming the URL (never the credentials)."""
-
-
-class CommitOutcomeUnknownError(ObjectStoreError):
-    """A conditional create whose outcome could not be learned (the server stayed unreachable)."""
-
-
-class ConditionalWritesUnsupportedError(ObjectStoreError):
-    """The target does not honour put-if-absent: writing could lose data, so pylog refuses."""
 
 
 def redact(options: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Kafka's default partitioner: murmur2 over the serialized key bytes, vectorized with numpy.
 
-What the hash reads of each key (Java `Utils.murmur2`, kafka-format.md §10):
+What the hash reads of each key (Java `org.apache.kafka.common.utils.Utils.murmur2`):
 
     | key bytes            | read as                       | step                                 |
     |----------------------|-------------------------------|--------------------------------------|

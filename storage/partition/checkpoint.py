@@ -1,6 +1,6 @@
 """Kafka's offset checkpoint files (``CheckpointFile`` + ``OffsetCheckpointFile``).
 
-Layout (kafka-format.md §4), UTF-8 text::
+Layout (Kafka's ``CheckpointFile`` with version 0), UTF-8 text::
 
     0                       version
     2                       number of entries

@@ -36,7 +36,7 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 
 from pylog.storage.backends.fs import AppendFile, Storage
-from pylog.storage.errors import CorruptIndexError, InvalidOffsetError
+from pylog.storage.errors import CorruptIndexError, IndexFullError, InvalidOffsetError
 
 OFFSET_ENTRY = struct.Struct(">ii")  # relativeOffset, position
 TIME_ENTRY = struct.Struct(">qi")  # timestamp, relativeOffset
@@ -53,10 +53,6 @@ _TXN_DTYPE = np.dtype([("version", ">i2"), ("pid", ">i8"), ("first", ">i8"), ("l
 assert _OFFSET_DTYPE.itemsize == OFFSET_ENTRY.size
 assert _TIME_DTYPE.itemsize == TIME_ENTRY.size
 assert _TXN_DTYPE.itemsize == TXN_ENTRY.size
-
-
-class IndexFullError(InvalidOffsetError):
-    """An append to an index that holds ``max_entries`` entries already."""
 
 
 class TxnEntries(NamedTuple):

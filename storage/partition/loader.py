@@ -1,4 +1,4 @@
-"""Opening a partition's directory: Kafka's ``LogLoader`` (kafka-format.md §7.5 and §9).
+"""Opening a partition's directory: what Kafka's ``LogLoader`` does at broker start.
 
 1. ``*.deleted`` files are removed; ``*.swap`` files at or above the smallest ``*.cleaned``
    base offset belong to an interrupted replacement and are removed with every ``*.cleaned``;
@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from pylog.storage.backends.fs import Storage, join
 from pylog.storage.config import LogConfig
@@ -72,6 +73,11 @@ class LoadResult:
 def _parse(name: str) -> tuple[int, str, str] | None:
     m = _SEGMENT_FILE.match(name)
     return (int(m.group(1)), m.group(2), m.group(3)) if m else None
+
+
+def open_log(storage: Storage, directory: str, config: LogConfig | None = None, **kwargs: Any) -> Log:
+    """Open (and recover, see :func:`load_log`) the log of one partition directory."""
+    return load_log(storage, directory, config or LogConfig(), **kwargs).log
 
 
 def load_log(

@@ -57,7 +57,7 @@ class Log:
     """A partition's log in ``directory`` (``<topic>-<partition>``) of ``storage``.
 
     Construct with :func:`pylog.storage.partition.loader.load_log` (which recovers the files), or
-    :meth:`Log.open`."""
+    :func:`pylog.storage.partition.loader.open_log`."""
 
     def __init__(
         self,
@@ -86,12 +86,6 @@ class Log:
         """End of acknowledged data (set by the log manager); readers never go beyond it."""
         self.step_hook: Callable[[str], None] | None = None
         """Called with the name of each step of a multi-step change (crash-point tests)."""
-
-    @classmethod
-    def open(cls, storage: Storage, directory: str, config: LogConfig | None = None, **kwargs: Any) -> Log:
-        from pylog.storage.partition.loader import load_log
-
-        return load_log(storage, directory, config or LogConfig(), **kwargs).log
 
     # ------------------------------------------------------------------ state
 

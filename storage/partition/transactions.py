@@ -28,7 +28,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -36,10 +36,29 @@ import pyarrow as pa
 from pylog.storage.codec import batch as B
 from pylog.storage.codec import records
 from pylog.storage.errors import CorruptRecordError, OffsetOutOfRangeError, PylogError
+from pylog.storage.partition.segment import LogSegment
 
-if TYPE_CHECKING:
-    from pylog.storage.partition.log import Log
-    from pylog.storage.partition.segment import LogSegment
+
+class Log(Protocol):
+    """What this module reads of a partition's log (:class:`pylog.storage.partition.log.Log`,
+    which calls :func:`on_append` on every append, so this module sits below it)."""
+
+    directory: str
+    read_only: bool
+    high_watermark: int | None
+    segments: list[LogSegment]
+
+    @property
+    def log_start_offset(self) -> int: ...
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+    def iter_record_sets(
+        self, start: int | None = None, end: int | None = None
+    ) -> Iterator[records.RecordSet]: ...
+
+    def read_table(self, start: int | None = None, end: int | None = None) -> pa.Table: ...
 
 PRODUCER_ID_EXPIRATION_MS = 86_400_000
 """Kafka's ``producer.id.expiration.ms`` default: an idle producer without an open

@@ -36,7 +36,16 @@ from pylog.storage.backends.objectstore import is_object_url
 from pylog.storage.codec import records
 from pylog.storage.codec.partitioner import partition_for_keys
 from pylog.storage.config import LogConfig, validate_topic_name
-from pylog.storage.errors import ConfigError, CorruptCheckpointError, LogLockedError, PylogError
+from pylog.storage.errors import (
+    ConfigError,
+    CorruptCheckpointError,
+    CorruptMetadataError,
+    LogLockedError,
+    PylogError,
+    ReadOnlyError,
+    TopicExistsError,
+    UnknownTopicError,
+)
 from pylog.storage.partition import checkpoint as ckpt
 from pylog.storage.partition.loader import Recovery, load_log
 from pylog.storage.partition.log import AppendInfo, Log
@@ -127,7 +136,7 @@ class Root(Transactions):
                     raise ValueError(f"unsupported version {doc.get('version')!r}")
                 return {str(k): dict(v) for k, v in topics.items()}
             except (ValueError, KeyError, TypeError) as e:
-                raise PylogError(f"{path}: not a pylog topic metadata file: {e}") from e
+                raise CorruptMetadataError(f"{path}: not a pylog topic metadata file: {e}") from e
         inferred: dict[str, int] = {}
         for name in self.storage.listdir(""):
             m = _PARTITION_DIR.match(name)
@@ -152,7 +161,7 @@ class Root(Transactions):
         try:
             return self._meta[topic]
         except KeyError:
-            raise PylogError(
+            raise UnknownTopicError(
                 f"unknown topic {topic!r} in {self.storage.describe()}; "
                 f"topics: {', '.join(self.topics()) or 'none'}"
             ) from None
@@ -183,7 +192,7 @@ class Root(Transactions):
         if name in self._meta:
             if exist_ok:
                 return
-            raise PylogError(f"topic {name!r} already exists in {self.storage.describe()}")
+            raise TopicExistsError(f"topic {name!r} already exists in {self.storage.describe()}")
         # metadata first: a crash before the directories exist leaves a complete topic (the
         # writer creates missing directories), never a topic inferred from a partial set of
         # directories with default configs (crash-point campaign)
@@ -236,7 +245,7 @@ class Root(Transactions):
         if self._writer is not None:
             return
         if self.read_only:
-            raise PylogError(f"{self.storage.describe()} was opened read-only")
+            raise ReadOnlyError(f"{self.storage.describe()} was opened read-only")
         stack = contextlib.ExitStack()
         deadline = time.monotonic() + self.lock_timeout
         while True:  # writers (e.g. two streaming queries) take turns; wait up to lock_timeout

@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pylog.storage.backends.fs import Storage
-from pylog.storage.errors import PylogError
+from pylog.storage.errors import CorruptMetadataError, PylogError
 
 STATE_FILE = "pylog-state.json"
 STAGE_PREFIX = ".pylog-stage."
@@ -69,7 +69,7 @@ class PublishState:
             }
             sinks = {str(k): int(v) for k, v in doc["sinks"].items()}
         except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise PylogError(f"{path}: not a valid pylog state file: {e}") from e
+            raise CorruptMetadataError(f"{path}: not a valid pylog state file: {e}") from e
         return PublishState(hw, sinks)
 
 

@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pylog.storage.backends.objectfs import CommitConflictError, ObjectStorage
-from pylog.storage.errors import CorruptCheckpointError, PylogError
+from pylog.storage.backends.objectfs import ObjectStorage
+from pylog.storage.errors import CommitConflictError, CorruptCheckpointError, PylogError
 from pylog.storage.partition import checkpoint as ckpt
 from pylog.storage.root import publish as pub
 

@@ -18,7 +18,7 @@ from pyspark.sql.types import (
 
 from pylog.connector import sink
 from pylog.storage.codec.partitioner import partition_for_keys
-from pylog.storage.errors import ConfigError
+from pylog.storage.errors import ConfigError, SinkSchemaError
 from tests.conftest import Backend
 
 
@@ -78,13 +78,13 @@ def test_options_and_sink_identity(tmp_path: Path) -> None:
     ],
 )
 def test_schema_errors_name_the_column(tmp_path: Path, cols: list, message: str) -> None:
-    with pytest.raises(sink.SinkSchemaError, match=message):
+    with pytest.raises(SinkSchemaError, match=message):
         sink.check_schema(schema(*cols), opts(tmp_path))
 
 
 def test_topic_is_required_and_created_only_when_asked(backend: Backend) -> None:
     no_topic = sink.parse_sink_options(backend.spark_options(), streaming=False)
-    with pytest.raises(sink.SinkSchemaError, match="no topic"):
+    with pytest.raises(SinkSchemaError, match="no topic"):
         sink.check_schema(schema(("value", BinaryType())), no_topic)
     sink.check_schema(schema(("value", BinaryType()), ("topic", StringType())), no_topic)
     with pytest.raises(ConfigError, match=r"does not exist.*partitions"):

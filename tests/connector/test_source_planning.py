@@ -31,11 +31,12 @@ from pylog.connector.offsets import (
     split_ranges,
     to_json,
 )
-from pylog.connector.options import SourceOptionError, parse_options
+from pylog.connector.options import parse_options
 from pylog.connector.progress import consumer_lag, read_consumer_offsets
 from pylog.connector.pushdown import Bounds, push_filters
 from pylog.connector.source import plan_batch
 from pylog.connector.stream import StreamReader
+from pylog.storage.errors import SourceOptionError
 from tests.conftest import Backend
 from tests.connector.source_helpers import T0, append, delete_topic
 

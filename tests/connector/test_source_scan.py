@@ -9,10 +9,10 @@ import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
 
 import pylog
-from pylog.connector.offsets import DataLossError
 from pylog.connector.scan import ReadTask, arrow_schema, read_task
 from pylog.connector.source import read_committed_supported, spark_schema
 from pylog.storage.codec import records
+from pylog.storage.errors import DataLossError
 from tests.conftest import Backend
 from tests.connector.source_helpers import T0, append, append_at, control_batch, delete_topic, publish, value
 

@@ -31,8 +31,8 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from pylog.storage.backends.fs import AppendFile, Storage, StorageError
-from pylog.storage.errors import LogLockedError
+from pylog.storage.backends.fs import AppendFile, Storage
+from pylog.storage.errors import LogLockedError, StorageError
 
 
 class Crash(BaseException):

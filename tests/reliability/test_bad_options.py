@@ -22,9 +22,9 @@ from pyspark.sql.types import (
 )
 
 from pylog.connector import sink
-from pylog.connector.options import OPTIONS, SourceOptionError, parse_options
+from pylog.connector.options import OPTIONS, parse_options
 from pylog.storage.config import LogConfig
-from pylog.storage.errors import ConfigError
+from pylog.storage.errors import ConfigError, SinkSchemaError, SourceOptionError
 
 # ============================================================================ source
 
@@ -218,7 +218,7 @@ def test_wrong_sink_schema_fails_before_any_write(
     tmp_path: Path, cols: list[tuple[str, object]], changes: dict[str, str], message: str
 ) -> None:
     schema = StructType([StructField(n, t) for n, t in cols])  # type: ignore[arg-type]
-    with pytest.raises(sink.SinkSchemaError, match=message):
+    with pytest.raises(SinkSchemaError, match=message):
         sink.make_writer(sink_opts(tmp_path, changes), schema, False, streaming=True)
     _nothing_written(tmp_path)
 

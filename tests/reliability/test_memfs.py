@@ -6,8 +6,7 @@ import random
 
 import pytest
 
-from pylog.storage.backends.fs import StorageError
-from pylog.storage.errors import LogLockedError
+from pylog.storage.errors import LogLockedError, StorageError
 from tests.reliability.memfs import Crash, MemStorage
 
 

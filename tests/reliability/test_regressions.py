@@ -14,8 +14,7 @@ import pyarrow as pa
 from pylog.storage.codec import records
 from pylog.storage.config import LogConfig
 from pylog.storage.maintenance import retention
-from pylog.storage.partition.loader import load_log
-from pylog.storage.partition.log import Log
+from pylog.storage.partition.loader import load_log, open_log
 from pylog.storage.root import publish as pub
 from pylog.storage.root.manager import Root, partition_dir
 from tests.reliability.checker import open_writer, read_storage
@@ -77,7 +76,7 @@ def test_reader_ignores_an_index_entry_whose_log_bytes_were_lost() -> None:
     writer recovered the log)."""
     st = MemStorage()
     cfg = LogConfig.from_dict({"index.interval.bytes": "1"})
-    lg = Log.open(st, "t-0", cfg, had_clean_shutdown=True)
+    lg = open_log(st, "t-0", cfg, had_clean_shutdown=True)
     for i in range(4):
         lg.append([b"v%d" % i], timestamp=T0 + i)
     lg.flush()
@@ -96,7 +95,7 @@ def test_reader_sees_an_interrupted_swap_as_recovery_will_complete_it() -> None:
     ``.swap`` files and served a hole where the compacted records are."""
     st = MemStorage()
     cfg = LogConfig.from_dict({"cleanup.policy": "compact"})
-    lg = Log.open(st, "t-0", cfg, had_clean_shutdown=True)
+    lg = open_log(st, "t-0", cfg, had_clean_shutdown=True)
     lg.append([b"a", b"b"], key=[b"k", b"j"], timestamp=T0)
     lg.roll()
     lg.append([b"c"], key=[b"k"], timestamp=T0)
@@ -213,7 +212,7 @@ def test_reader_of_an_interrupted_swap_that_emptied_a_segment() -> None:
     replaces; a fetch from that segment's offsets served nothing."""
     st = MemStorage()
     cfg = LogConfig.from_dict({"cleanup.policy": "compact"})
-    lg = Log.open(st, "t-0", cfg, had_clean_shutdown=True)
+    lg = open_log(st, "t-0", cfg, had_clean_shutdown=True)
     lg.append([b"a"], key=[b"k"], timestamp=T0)
     lg.roll()
     lg.append([b"b"], key=[b"k"], timestamp=T0)
@@ -239,7 +238,7 @@ def test_a_new_log_directory_survives_a_power_cut() -> None:
     parent never fsynced; flushed records of a log opened with the low-level API were lost
     with the whole directory."""
     st = MemStorage()
-    lg = Log.open(st, "t-0", LogConfig(), had_clean_shutdown=True)
+    lg = open_log(st, "t-0", LogConfig(), had_clean_shutdown=True)
     lg.append([b"v"], timestamp=T0)
     lg.flush()
     after = load_log(st.power_cut(), "t-0", LogConfig()).log
@@ -275,7 +274,7 @@ def test_truncated_segment_keeps_the_timestamps_of_its_remaining_batches() -> No
     timestamps and ``offset_for_timestamp`` skipped it.  Kafka's ``readLargestTimestamp`` scans
     the batches after the last entry.  Found by the stateful model test."""
     st = MemStorage()
-    lg = Log.open(st, "t-0", LogConfig.from_dict({"index.interval.bytes": "40"}), had_clean_shutdown=True)
+    lg = open_log(st, "t-0", LogConfig.from_dict({"index.interval.bytes": "40"}), had_clean_shutdown=True)
     for i in range(3):
         lg.append([b"v%d" % i], timestamp=T0 + i)
     lg.truncate_to(1)

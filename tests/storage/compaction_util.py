@@ -16,6 +16,7 @@ from pylog.storage.codec import batch as B
 from pylog.storage.codec import records
 from pylog.storage.config import CleanerConfig, LogConfig
 from pylog.storage.maintenance.cleaner import Cleaner
+from pylog.storage.partition import loader
 from pylog.storage.partition.loader import load_log
 from pylog.storage.partition.log import Log
 from pylog.tools.dump import dump
@@ -34,7 +35,7 @@ def config(**cfg: Any) -> LogConfig:
 
 
 def open_log(root: Path, **cfg: Any) -> Log:
-    return Log.open(LocalStorage(root), DIR, config(**cfg), had_clean_shutdown=True)
+    return loader.open_log(LocalStorage(root), DIR, config(**cfg), had_clean_shutdown=True)
 
 
 def reopen(root: Path, *, clean: bool = False, log_start_offset: int = 0, **cfg: Any) -> Log:

@@ -12,9 +12,9 @@ import pytest
 from pylog.storage.codec import batch as B
 from pylog.storage.codec import records, rewrite
 from pylog.storage.errors import ConfigError, CorruptRecordError, InvalidOffsetError
+from pylog.storage.maintenance import offset_map
 from pylog.storage.maintenance.cleaner import group_segments_by_size, log_to_clean
 from pylog.storage.maintenance.offset_map import OffsetMap
-from pylog.storage.maintenance import offset_map
 from pylog.storage.partition import transactions
 from pylog.storage.partition.segment import INT32_MAX
 from tests.storage.compaction_util import (

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pylog.storage.backends.fs import LocalStorage
-from pylog.storage.errors import CorruptIndexError, InvalidOffsetError
-from pylog.storage.partition.index import IndexFullError, OffsetIndex, TimeIndex, TxnIndex
+from pylog.storage.errors import CorruptIndexError, IndexFullError, InvalidOffsetError
+from pylog.storage.partition.index import OffsetIndex, TimeIndex, TxnIndex
 
 INT32_MAX = 2**31 - 1
 SETTINGS = settings(

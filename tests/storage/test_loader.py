@@ -16,7 +16,7 @@ import pytest
 from pylog.storage.backends.fs import LocalStorage
 from pylog.storage.codec import records
 from pylog.storage.config import LogConfig
-from pylog.storage.partition.loader import load_log
+from pylog.storage.partition.loader import load_log, open_log
 from pylog.storage.partition.log import Log
 
 DIR = "t-0"
@@ -24,7 +24,7 @@ CFG = {"segment.bytes": 2048, "index.interval.bytes": 256}
 
 
 def write_log(root: Path, n: int = 100, flush: bool = True, **cfg: object) -> Log:
-    lg = Log.open(LocalStorage(root), DIR, LogConfig.from_dict({**CFG, **cfg}), had_clean_shutdown=True)
+    lg = open_log(LocalStorage(root), DIR, LogConfig.from_dict({**CFG, **cfg}), had_clean_shutdown=True)
     for i in range(n):
         lg.append([b"value-%05d" % i * 3], key=[b"k%d" % i], timestamp=1_000_000 + i)
     if flush:

@@ -13,6 +13,7 @@ from pylog.storage.backends.fs import LocalStorage
 from pylog.storage.codec import records
 from pylog.storage.config import LogConfig
 from pylog.storage.errors import InvalidOffsetError, OffsetOutOfRangeError, RecordTooLargeError
+from pylog.storage.partition import loader
 from pylog.storage.partition.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, Log
 from pylog.storage.partition.segment import INT32_MAX
 
@@ -20,7 +21,7 @@ DIR = "t-0"
 
 
 def open_log(tmp_path, **cfg) -> Log:  # type: ignore[no-untyped-def]
-    return Log.open(LocalStorage(tmp_path), DIR, LogConfig.from_dict(cfg), had_clean_shutdown=True)
+    return loader.open_log(LocalStorage(tmp_path), DIR, LogConfig.from_dict(cfg), had_clean_shutdown=True)
 
 
 def values(n: int, start: int = 0, size: int = 20) -> list[bytes]:

@@ -17,9 +17,8 @@ import pyarrow as pa
 import pytest
 
 import pylog
-from pylog.storage.backends.fs import StorageError
 from pylog.storage.codec.partitioner import partition_for_keys
-from pylog.storage.errors import ConfigError, LogLockedError, PylogError
+from pylog.storage.errors import ConfigError, LogLockedError, PylogError, StorageError
 from pylog.storage.partition import checkpoint as ckpt
 from pylog.storage.root.manager import CLEAN_SHUTDOWN, TABLE_SCHEMA, TOPICS_FILE
 from tests.conftest import Backend

@@ -22,14 +22,13 @@ import pytest
 import pylog
 from pylog.cli import main
 from pylog.storage.backends import objectstore
-from pylog.storage.backends.fs import StorageError
 from pylog.storage.backends.objectfs import MANIFESTS, manifest_key
 from pylog.storage.backends.objectstore import (
     ConditionalWritesUnsupportedError,
     ObjectStore,
     ObjectStoreError,
 )
-from pylog.storage.errors import ConfigError, PylogError
+from pylog.storage.errors import ConfigError, PylogError, StorageError
 from pylog.storage.maintenance.runner import maintain
 from pylog.storage.root.consumers import read_consumer_offsets, write_consumer_offsets
 from pylog.storage.root.manager import Root
