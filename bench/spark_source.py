@@ -41,8 +41,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 import pylog
+from pylog.connector.datasource import DefaultSource, spark_schema
 from pylog.connector.scan import arrow_schema
-from pylog.connector.source import DefaultSource, spark_schema
 
 PARTITIONS = 4
 KEY_BYTES, VALUE_BYTES = 16, 100

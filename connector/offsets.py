@@ -16,15 +16,15 @@ This module does not import pyspark.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
-import pylog
 from pylog.connector.options import (
     EARLIEST,
     LATEST,
@@ -33,9 +33,10 @@ from pylog.connector.options import (
     SourceOptions,
     Subscription,
 )
-from pylog.storage.errors import DataLossError, PylogError
+from pylog.storage.errors import DataLossError, PylogError, UnknownTopicError
+from pylog.storage.partition import transactions
 from pylog.storage.partition.log import Log
-from pylog.storage.root.manager import Root
+from pylog.storage.root.manager import Root, open_root
 
 log = logging.getLogger("pylog.connector")
 
@@ -60,11 +61,10 @@ def report_data_loss(message: str, fail_on_data_loss: bool) -> None:
 # ============================================================================ the root
 
 
-def open_root(path: str, storage_options: Mapping[str, Any] | None = None) -> Root:
-    """The one place a ``path`` option becomes storage; it grows to fsspec URLs with the storage
-    layer (``storage_options`` are the ``storage.*`` options).  Read-only: takes no lock and
-    never modifies a file."""
-    return pylog.open(path, dict(storage_options or {}) or None, read_only=True)
+def open_read_only(path: str, storage_options: Mapping[str, Any] | None = None) -> Root:
+    """The one place a ``path`` option becomes storage (``storage_options`` are the
+    ``storage.*`` options).  Read-only: takes no lock and never modifies a file."""
+    return open_root(path, dict(storage_options or {}) or None, read_only=True)
 
 
 def check_path(path: str) -> None:
@@ -90,11 +90,11 @@ class RootView:
         self.path = path
         self.storage_options = dict(storage_options or {})
         self.isolation_level = isolation_level
-        self.root: Root = open_root(path, self.storage_options)
+        self.root: Root = open_read_only(path, self.storage_options)
 
     def refresh(self) -> None:
         old = self.root
-        self.root = open_root(self.path, self.storage_options)
+        self.root = open_read_only(self.path, self.storage_options)
         old.close()
 
     def close(self) -> None:
@@ -124,8 +124,6 @@ class RootView:
     def latest(self, tp: TopicPartition) -> int:
         """The log end offset; under read_committed the last stable offset (Kafka's "latest")."""
         if self.isolation_level == "read_committed":
-            from pylog.storage.partition import transactions
-
             return int(transactions.last_stable_offset(self.log(tp)))
         return self.log(tp).log_end_offset
 
@@ -141,7 +139,36 @@ class RootView:
         return max(found.offset, lg.log_start_offset)
 
 
+def listing(view: RootView, subscription: Subscription) -> list[TopicPartition]:
+    """The topic-partitions to read now; with ``assign`` every one of them must exist."""
+    tps = view.topic_partitions(subscription)
+    if subscription.kind == "assign":
+        missing = [tp for tp in subscription.assignment if tp not in tps]
+        if missing:
+            root = view.root
+            detail = "; ".join(
+                f"{t}-{p} ("
+                + (f"{t} has {root.partitions(t)} partitions" if t in root.topics() else "no such topic")
+                + ")"
+                for t, p in missing
+            )
+            raise UnknownTopicError(
+                f"option assign: topic-partitions that do not exist in {view.path}: {detail}"
+            )
+    return tps
+
+
 # ============================================================================ JSON
+
+
+def is_offset(value: StartValue) -> TypeGuard[int]:
+    """Whether a starting value is resolved: an offset, not -2, -1 or ``"timestamp:<ms>"``."""
+    return isinstance(value, int) and value >= 0
+
+
+def resolved(offsets: Mapping[TopicPartition, StartValue]) -> dict[TopicPartition, int]:
+    """The entries of ``offsets`` that are offsets (leaving out unresolved starting values)."""
+    return {tp: v for tp, v in offsets.items() if is_offset(v)}
 
 
 def to_json(offsets: Mapping[TopicPartition, StartValue]) -> dict[str, dict[str, StartValue]]:
@@ -154,7 +181,6 @@ def to_json(offsets: Mapping[TopicPartition, StartValue]) -> dict[str, dict[str,
 
 def from_json(doc: Any, what: str = "offset") -> dict[TopicPartition, StartValue]:
     """Parse offset JSON as Spark hands it back (a dict, or its JSON text)."""
-    import json
 
     def show(x: Any) -> str:
         text = repr(x)
@@ -237,7 +263,7 @@ def resolve(
     """An offset for a starting value.  Without ``bound``: against the log as it is now.  With
     ``bound`` (the end offset of the batch being planned): against the records below it only, so
     that the same (start, end) pair always resolves to the same offset."""
-    if isinstance(value, int) and value >= 0:
+    if is_offset(value):
         return value
     if value == EARLIEST:
         off = view.earliest(tp)

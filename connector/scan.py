@@ -26,11 +26,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pylog.connector.offsets import open_root, report_data_loss
+from pylog.connector.offsets import OffsetRange, open_read_only, report_data_loss
+from pylog.connector.options import SourceOptions
 from pylog.storage.codec import records
 from pylog.storage.errors import PylogError, StorageError
+from pylog.storage.partition import transactions
 from pylog.storage.partition.log import Log
-from pylog.storage.root.manager import kafka_columns
+from pylog.storage.root.manager import Root
+from pylog.storage.root.schema import kafka_columns
 
 log = logging.getLogger("pylog.connector")
 
@@ -78,13 +81,35 @@ class ReadTask:
         return f"{self.topic}-{self.partition} offsets [{self.start}, {self.end})"
 
 
+def task_for(
+    opts: SourceOptions,
+    r: OffsetRange,
+    min_timestamp: int | None = None,
+    max_timestamp: int | None = None,
+) -> ReadTask:
+    """The task that reads the planned range ``r`` (with pushed-down timestamp bounds)."""
+    return ReadTask(
+        path=opts.path,
+        topic=r.topic,
+        partition=r.partition,
+        start=r.start,
+        end=r.end,
+        fail_on_data_loss=opts.fail_on_data_loss,
+        include_headers=opts.include_headers,
+        isolation_level=opts.isolation_level,
+        min_timestamp=min_timestamp,
+        max_timestamp=max_timestamp,
+        storage_options=opts.storage_options,
+    )
+
+
 def read_task(task: ReadTask, *, fetch_bytes: int = FETCH_BYTES) -> Iterator[pa.RecordBatch]:
     """The rows of ``task`` as record batches of :func:`arrow_schema`."""
     schema = arrow_schema(task.include_headers)
     start, end = task.start, task.end
     attempt = 0
     while start < end:
-        root = open_root(task.path, task.storage_options)
+        root = open_read_only(task.path, task.storage_options)
         try:
             lg = _log(root, task)
             if lg is None:
@@ -109,7 +134,7 @@ def read_task(task: ReadTask, *, fetch_bytes: int = FETCH_BYTES) -> Iterator[pa.
             root.close()
 
 
-def _log(root: Any, task: ReadTask) -> Log | None:
+def _log(root: Root, task: ReadTask) -> Log | None:
     t, p = task.topic, task.partition
     if t not in root.topics() or p >= root.partitions(t):
         report_data_loss(
@@ -145,9 +170,7 @@ def _check_range(lg: Log, task: ReadTask, start: int, end: int) -> tuple[int, in
 def _aborted(lg: Log, task: ReadTask, start: int, end: int) -> Aborted | None:
     if task.isolation_level != "read_committed" or start >= end:
         return None
-    from pylog.storage.partition import transactions
-
-    return transactions.aborted_transactions(lg, start, end)  # type: ignore[no-any-return]
+    return transactions.aborted_transactions(lg, start, end)
 
 
 def _convert(
@@ -159,8 +182,6 @@ def _convert(
     if aborted is None:
         t = rs.data_records()
     else:
-        from pylog.storage.partition import transactions
-
         drop = rs.batches.is_control | transactions.aborted_batches(rs.batches, aborted)
         t = rs.records.filter(pa.array(~drop[rs.batch_index])) if drop.any() else rs.records
     if t.num_rows == 0:

@@ -25,14 +25,18 @@ run after each publish.
 from __future__ import annotations
 
 import hashlib
+import logging
+import os
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import Any, Literal, overload
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -52,11 +56,15 @@ from pyspark.sql.types import (
 
 from pylog.storage.backends.objectfs import ObjectStorage
 from pylog.storage.codec import records
+from pylog.storage.codec.compression import codec_id
 from pylog.storage.codec.partitioner import partition_for_keys
 from pylog.storage.config import LogConfig, validate_topic_name
 from pylog.storage.errors import ConfigError, SinkSchemaError, StorageError
+from pylog.storage.maintenance import runner as maintenance
 from pylog.storage.root import publish as pub
-from pylog.storage.root.manager import Root, partition_dir
+from pylog.storage.root.manager import Root, open_root, partition_dir
+
+log = logging.getLogger("pylog.connector")
 
 SINK_OPTIONS = {
     "path",
@@ -106,9 +114,7 @@ def parse_sink_options(raw: Mapping[str, str], *, streaming: bool) -> SinkOption
                 '(.option("path", "/data/logs"))'
             )
         if k.startswith("kafka."):
-            import logging
-
-            logging.getLogger("pylog.connector").warning("Kafka producer option %s has no effect on pylog", k)
+            log.warning("Kafka producer option %s has no effect on pylog", k)
             continue
         if k in valid:
             topic_config[k] = v
@@ -124,8 +130,6 @@ def parse_sink_options(raw: Mapping[str, str], *, streaming: bool) -> SinkOption
     partitions = _int_option(opts, "partitions", 1, 1 << 20)
     codec = opts.get("compression.type")
     if codec is not None:
-        from pylog.storage.codec.compression import codec_id
-
         codec_id(codec.replace("uncompressed", "none"))
     if streaming and not opts.get("checkpointlocation"):
         sink_id = "q" + uuid.uuid4().hex[:20]
@@ -236,15 +240,13 @@ def prepare_topics(opts: SinkOptions) -> None:
 
 
 def _open(opts: SinkOptions, *, read_only: bool) -> Root:
-    import pylog
-
-    return pylog.open(
+    return open_root(
         opts.path, opts.storage_options or None, read_only=read_only, lock_timeout=opts.lock_timeout_s
     )
 
 
 @dataclass
-class PylogCommitMessage(WriterCommitMessage):  # type: ignore[misc]
+class PylogCommitMessage(WriterCommitMessage):
     staged: list[dict[str, object]]
     records: int
 
@@ -264,8 +266,6 @@ def stage_task(
     batches: Iterator[pa.RecordBatch], opts: SinkOptions, batch_id: int, task: int, attempt: int
 ) -> PylogCommitMessage:
     """Executor side: encode and stage this task's rows; nothing becomes visible here."""
-    import time
-
     root = _open(opts, read_only=True)
     files: dict[tuple[str, int], Any] = {}
     counts = 0
@@ -366,8 +366,6 @@ def _topic_codec(root: Root, topic: str) -> str:
 
 
 def _task_ids() -> tuple[int, int, int | None]:
-    from pyspark import TaskContext
-
     ctx = TaskContext.get()
     if ctx is None:  # pragma: no cover - only inside a Spark task
         return 0, 0, None
@@ -389,8 +387,6 @@ Never set it in production."""
 
 def publish(opts: SinkOptions, messages: list[Any], batch_id: int, *, overwrite: bool = False) -> None:
     """Driver side: publish every staged file of ``batch_id`` exactly once."""
-    import os
-
     staged = [pub.StagedFile.from_dict(d) for m in messages if m is not None for d in m.staged]
     with _open(opts, read_only=False) as root:
         crash_at = os.environ.get(CRASH_ENV)
@@ -429,17 +425,12 @@ def _truncate_topics(root: Root, topics: set[str]) -> None:
 def _maintain(root: Root, touched: set[tuple[str, int]], budget_ms: int) -> None:
     """Retention and compaction of the partitions just written, within a time budget; never
     fails the commit (the data is already durable and recorded)."""
-    import logging
-    import time
-
-    from pylog.storage.maintenance import runner as maintenance
-
     try:
         maintenance.maintain(
             root, now=int(time.time() * 1000), budget_s=budget_ms / 1000.0, partitions=sorted(touched)
         )
     except Exception as e:  # maintenance must not fail a durable commit
-        logging.getLogger("pylog.connector").warning("maintenance after publish failed: %s", e)
+        log.warning("maintenance after publish failed: %s", e)
 
 
 def discard(opts: SinkOptions, messages: list[Any]) -> None:
@@ -456,7 +447,7 @@ def discard(opts: SinkOptions, messages: list[Any]) -> None:
         root.close()
 
 
-class PylogStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
+class PylogStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, opts: SinkOptions, overwrite: bool):
         self.opts = opts
         self.overwrite = overwrite
@@ -474,7 +465,7 @@ class PylogStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
         discard(self.opts, messages)
 
 
-class PylogBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
+class PylogBatchWriter(DataSourceArrowWriter):
     def __init__(self, opts: SinkOptions, overwrite: bool):
         self.opts = opts
         self.overwrite = overwrite
@@ -490,20 +481,24 @@ class PylogBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
         discard(self.opts, messages)
 
 
-def make_writer(options: Mapping[str, str], schema: StructType, overwrite: bool, *, streaming: bool) -> Any:
+@overload
+def make_writer(
+    options: Mapping[str, str], schema: StructType, overwrite: bool, *, streaming: Literal[False]
+) -> PylogBatchWriter: ...
+@overload
+def make_writer(
+    options: Mapping[str, str], schema: StructType, overwrite: bool, *, streaming: Literal[True]
+) -> PylogStreamWriter: ...
+@overload
+def make_writer(
+    options: Mapping[str, str], schema: StructType, overwrite: bool, *, streaming: bool
+) -> PylogBatchWriter | PylogStreamWriter: ...
+def make_writer(
+    options: Mapping[str, str], schema: StructType, overwrite: bool, *, streaming: bool
+) -> PylogBatchWriter | PylogStreamWriter:
+    """The writer of ``DataSource.writer`` / ``streamWriter``: options and columns are checked,
+    and the target topic created if asked for, on the driver before any task runs."""
     opts = parse_sink_options(options, streaming=streaming)
     check_schema(schema, opts)
     prepare_topics(opts)
     return PylogStreamWriter(opts, overwrite) if streaming else PylogBatchWriter(opts, overwrite)
-
-
-class SinkMixin:
-    """``writer`` / ``streamWriter`` of the ``pylog`` data source."""
-
-    options: Mapping[str, str]
-
-    def writer(self, schema: StructType, overwrite: bool) -> PylogBatchWriter:
-        return make_writer(self.options, schema, overwrite, streaming=False)  # type: ignore[no-any-return]
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> PylogStreamWriter:
-        return make_writer(self.options, schema, overwrite, streaming=True)  # type: ignore[no-any-return]

@@ -43,29 +43,26 @@ from pyspark.sql.streaming.datasource import (
 from pylog.connector.offsets import (
     OffsetRange,
     RootView,
-    StartValue,
     backlog,
     from_json,
     initial_spec,
+    is_offset,
+    listing,
     rate_limit,
     report_data_loss,
     resolve,
+    resolved,
     split_ranges,
     to_json,
 )
 from pylog.connector.options import SourceOptions
 from pylog.connector.progress import write_consumer_offsets
-from pylog.connector.scan import ReadTask, read_task
-from pylog.connector.source import listing, task_for
+from pylog.connector.scan import ReadTask, read_task, task_for
 from pylog.storage.errors import PylogError
 
 log = logging.getLogger("pylog.connector")
 
 TopicPartition = tuple[str, int]
-
-
-def _resolved(value: StartValue) -> bool:
-    return isinstance(value, int) and value >= 0
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -126,7 +123,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 begin[tp] = resolve(view, tp, start_map[tp], strategy=self.opts.timestamp_strategy)
             else:  # a new partition: read from the earliest record
                 begin[tp] = view.earliest(tp)
-        pinned = all(_resolved(v) for v in start_map.values())  # not batch 0 of a fresh query
+        pinned = all(is_offset(v) for v in start_map.values())  # not batch 0 of a fresh query
         if isinstance(limit, ReadAllAvailable):
             end = dict(latest)
         else:
@@ -175,19 +172,19 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         start_map = from_json(start, "start offset")
-        end_map = {tp: v for tp, v in from_json(end, "end offset").items() if _resolved(v)}
-        gone = sorted(tp for tp, v in start_map.items() if tp not in end_map and _resolved(v))
+        end_map = resolved(from_json(end, "end offset"))
+        gone = sorted(tp for tp, v in start_map.items() if tp not in end_map and is_offset(v))
         if gone:
             report_data_loss(
                 "topic-partitions " + ", ".join(f"{t}-{p}" for t, p in gone) + " are gone (deleted).",
                 self.opts.fail_on_data_loss,
             )
         view = self._view
-        if view is None or not all(_resolved(v) for v in start_map.values()):
+        if view is None or not all(is_offset(v) for v in start_map.values()):
             view = self._refresh()
         ranges = []
-        for tp, until in sorted(end_map.items()):  # type: ignore[type-var]
-            begin = resolve(view, tp, start_map.get(tp, 0), bound=until)  # type: ignore[arg-type]
+        for tp, until in sorted(end_map.items()):
+            begin = resolve(view, tp, start_map.get(tp, 0), bound=until)
             if until < begin:
                 report_data_loss(
                     f"{tp[0]}-{tp[1]}: offset was changed from {begin} to {until} (the log was deleted and "
@@ -195,7 +192,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     self.opts.fail_on_data_loss,
                 )
                 continue
-            ranges.append(OffsetRange(tp[0], tp[1], begin, until))  # type: ignore[arg-type]
+            ranges.append(OffsetRange(tp[0], tp[1], begin, until))
         ranges = split_ranges(ranges, self.opts.min_partitions, self.opts.max_records_per_partition)
         return [InputPartition(task_for(self.opts, r)) for r in ranges]
 
@@ -205,10 +202,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, Any]) -> None:
         """Record the offsets this query has processed in the root (for ``pylog describe``)."""
-        offsets = {tp: v for tp, v in from_json(end, "end offset").items() if _resolved(v)}
+        offsets = resolved(from_json(end, "end offset"))
         try:
             view = self._view or self._refresh()
-            write_consumer_offsets(view.root.storage, self.opts.group_id, offsets)  # type: ignore[arg-type]
+            write_consumer_offsets(view.root.storage, self.opts.group_id, offsets)
         except (OSError, PylogError) as e:  # observability only: never fail the query for it
             if not self._commit_warned:
                 log.warning("could not record the consumed offsets of %s: %s", self.opts.group_id, e)

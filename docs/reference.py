@@ -8,7 +8,8 @@ A generated block sits between ``<!-- reference:NAME -->`` and ``<!-- /reference
 The tables come from ``pylog.connector.options.OPTIONS`` (source options and their values),
 ``pylog.connector.sink.SINK_OPTIONS`` (sink options), ``pylog.storage.backends.objectstore.PYLOG_OPTIONS``
 (pylog's own storage options of object-store roots), ``LogConfig`` (topic configs, defaults and
-broker synonyms) and ``pylog.cli.COMMANDS`` (the CLI).  Defaults are written here once, as
+broker synonyms), ``CleanerConfig`` (the cleaner settings, and which of them have no effect) and
+``pylog.cli.COMMANDS`` (the CLI).  Defaults are written here once, as
 users read them, and checked against what the option parsers actually produce, so that a
 changed default fails ``--check`` instead of leaving the README wrong.
 """
@@ -26,7 +27,7 @@ from pylog.connector.options import DEFAULT_GROUP_ID_PREFIX, OPTIONS, parse_opti
 from pylog.connector.sink import SINK_OPTIONS, parse_sink_options
 from pylog.storage.backends.objectstore import PYLOG_OPTIONS, ObjectStore
 from pylog.storage.codec import records
-from pylog.storage.config import LogConfig
+from pylog.storage.config import CleanerConfig, LogConfig
 
 # ---------------------------------------------------------------------------------------------
 # Source options: the default of each option in OPTIONS (checked in _check_source_defaults)
@@ -241,6 +242,45 @@ def topic_configs() -> str:
     return "\n".join(rows)
 
 
+CLEANER_DOCS: dict[str, str] = {
+    "log.cleaner.enable": (
+        "`false`: `maintain()` does not compact (retention still runs; the report says "
+        "`compaction not run: log.cleaner.enable=false`)"
+    ),
+    "log.cleaner.dedupe.buffer.size": "memory of the offset map (one pass maps as many keys as fit)",
+    "log.cleaner.io.buffer.load.factor": "how full the offset map gets, in (0, 1]",
+    "log.cleaner.io.max.bytes.per.second": (
+        "limit on the cleaner's reads plus writes: it sleeps whenever it is ahead of the rate "
+        "(the sleeps count against a time budget)"
+    ),
+}
+
+
+def cleaner_configs() -> str:
+    defaults = CleanerConfig().to_dict()
+    documented = set(CLEANER_DOCS) | set(CleanerConfig.NO_EFFECT)
+    if documented != set(defaults) or set(CLEANER_DOCS) & set(CleanerConfig.NO_EFFECT):
+        raise SystemExit(
+            "docs/reference.py: CLEANER_DOCS and CleanerConfig.NO_EFFECT must together cover each "
+            f"CleanerConfig key once; they differ on {sorted(documented ^ set(defaults))}"
+        )
+    if defaults["log.cleaner.io.max.bytes.per.second"] != repr(sys.float_info.max):
+        raise SystemExit(
+            "docs/reference.py: the documented unlimited I/O rate is not CleanerConfig's default"
+        )
+    shown = {"log.cleaner.io.max.bytes.per.second": "unlimited (Kafka's `Double.MAX_VALUE`)"}
+    rows = ["| cleaner config | default | in pylog |", "|---|---|---|"]
+    for key, default in defaults.items():
+        if key in CleanerConfig.NO_EFFECT:
+            text = (
+                f"accepted, **no effect** (warns when set to another value): {CleanerConfig.NO_EFFECT[key]}"
+            )
+        else:
+            text = CLEANER_DOCS[key]
+        rows.append(f"| `{key}` | {shown.get(key, f'`{default}`')} | {_cell(text)} |")
+    return "\n".join(rows)
+
+
 def cli_commands() -> str:
     rows = ["| command | what it does |", "|---|---|"]
     rows += [f"| `pylog {c.name}` | {_cell(c.help)} |" for c in COMMANDS.values()]
@@ -256,6 +296,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "sink-options": sink_options,
     "storage-options": storage_options,
     "topic-configs": topic_configs,
+    "cleaner-configs": cleaner_configs,
     "cli": cli_commands,
 }
 

@@ -30,7 +30,7 @@ from typing import Any
 import pyarrow as pa
 
 import pylog
-from pylog.storage.backends.objectfs import MANIFESTS
+from pylog.storage.backends.manifest import MANIFESTS
 from pylog.storage.backends.objectstore import is_object_url, redact, split_options
 from pylog.storage.maintenance.runner import maintain
 

@@ -11,9 +11,10 @@ listed wins (``log.retention.ms`` over ``.minutes`` over ``.hours``, as in ``Kaf
 ``.hours``/``.minutes`` are converted to milliseconds.  Every given value is validated, also one
 that loses to a higher-precedence name.
 
-Sources: ``LogConfig.java`` / ``ServerLogConfigs.java`` / ``CleanerConfig.java`` in apache/kafka
-(see kafka-format.md §6).  ``segment.bytes`` keeps the minimum of 14 from the 4.0 snapshot (later
-Kafka releases raise it to 1 MiB and add an internal override for tests).
+Sources: ``LogConfig.java`` / ``ServerLogConfigs.java`` / ``CleanerConfig.java`` in apache/kafka.
+``segment.bytes`` keeps the minimum of 14 from the 4.0 snapshot (later Kafka releases raise it to
+1 MiB and add an internal override for tests).  :class:`CleanerConfig` lists the cleaner settings
+pylog accepts but does not act on (it has no broker), and warns when one is set.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import math
 import numbers
 import re
 import sys
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar, TypeVar
@@ -479,22 +481,56 @@ _CLEANER_SPECS: tuple[_Spec, ...] = (
 )  # fmt: skip
 
 
+_NO_EFFECT: dict[str, str] = {
+    "log.cleaner.threads": (
+        "maintain() cleans one log at a time in the calling thread, with the whole "
+        "log.cleaner.dedupe.buffer.size for its offset map (to turn compaction off, set "
+        "log.cleaner.enable=false)"
+    ),
+    "log.cleaner.io.buffer.size": (
+        "the cleaner reads segments in 8 MiB chunks (grown to fit the largest batch) because its "
+        "compiled kernels work a chunk at a time and run at about half the speed on Kafka's 512 KiB; "
+        "its memory is the offset map (log.cleaner.dedupe.buffer.size) plus a few chunks, and its "
+        "rate is limited by log.cleaner.io.max.bytes.per.second"
+    ),
+    "log.cleaner.backoff.ms": (
+        "there is no background cleaner thread that sleeps between checks: compaction runs when "
+        "maintain() is called (pylog compact, the Spark sink after each commit, the Python API)"
+    ),
+    "log.retention.check.interval.ms": (
+        "there is no retention timer: retention is checked whenever maintain() runs (pylog retain, "
+        "the Spark sink after each commit, the Python API)"
+    ),
+}
+
+
 @dataclass(frozen=True)
 class CleanerConfig(_ConfigBase):
-    """Broker-wide log cleaner and retention-checker settings (Kafka ``CleanerConfig``).
+    """Log cleaner and retention-checker settings, with Kafka's broker names (``CleanerConfig``).
 
     ===================================  =======================  ========================================
     key                                  default                  accepted
     ===================================  =======================  ========================================
     log.cleaner.enable                   true                     true / false
-    log.cleaner.threads                  1                        integer >= 0
-    log.cleaner.dedupe.buffer.size       134217728 (128 MiB)      integer >= 0 (total over all threads)
+    log.cleaner.threads                  1                        integer >= 0 (no effect, see below)
+    log.cleaner.dedupe.buffer.size       134217728 (128 MiB)      integer >= 0: the offset map's memory
     log.cleaner.io.buffer.load.factor    0.9                      number in (0, 1]: the dedupe-map load
-    log.cleaner.io.buffer.size           524288 (512 KiB)         integer >= 0
+    log.cleaner.io.buffer.size           524288 (512 KiB)         integer >= 0 (no effect, see below)
     log.cleaner.io.max.bytes.per.second  1.7976931348623157e308   number > 0 (Double.MAX_VALUE: no limit)
-    log.cleaner.backoff.ms               15000                    integer >= 0
-    log.retention.check.interval.ms      300000                   integer >= 1
+    log.cleaner.backoff.ms               15000                    integer >= 0 (no effect, see below)
+    log.retention.check.interval.ms      300000                   integer >= 1 (no effect, see below)
     ===================================  =======================  ========================================
+
+    ``log.cleaner.enable=false`` turns compaction off in :func:`maintain
+    <pylog.storage.maintenance.runner.maintain>` (retention still runs), as it turns Kafka's
+    cleaner threads off.  ``log.cleaner.io.max.bytes.per.second`` limits the cleaner's reads plus
+    writes, as Kafka's throttler does: the cleaner sleeps whenever it is ahead of the rate.
+
+    pylog has no broker: maintenance is one call that runs where it is called, so
+    ``log.cleaner.threads``, ``log.cleaner.io.buffer.size``, ``log.cleaner.backoff.ms`` and
+    ``log.retention.check.interval.ms`` (:attr:`NO_EFFECT`: key -> why) are accepted and
+    validated, so that a Kafka broker's settings can be given as they are, but a value other than
+    Kafka's default draws a :class:`UserWarning` naming the setting and why it has no effect.
 
     Kafka leaves the dedupe buffer size, load factor and I/O rate unvalidated; values it would only
     fail on later (negative sizes, a load factor outside (0, 1], a rate <= 0) are rejected here.
@@ -510,3 +546,21 @@ class CleanerConfig(_ConfigBase):
     retention_check_interval_ms: int = 300000
 
     _SPECS: ClassVar[tuple[_Spec, ...]] = _CLEANER_SPECS
+    NO_EFFECT: ClassVar[Mapping[str, str]] = _NO_EFFECT
+    """The keys pylog accepts but does not act on, with the reason (shown in the warning)."""
+
+    def _check(self) -> None:
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for spec in self._SPECS:
+            value = getattr(self, spec.attr)
+            if spec.key in self.NO_EFFECT and value != defaults[spec.attr]:
+                warnings.warn(
+                    f"{spec.key}={spec.format(value)} has no effect in pylog: {self.NO_EFFECT[spec.key]}",
+                    UserWarning,
+                    stacklevel=2,
+                )
+
+    @property
+    def throttled(self) -> bool:
+        """``log.cleaner.io.max.bytes.per.second`` is set below Kafka's unlimited default."""
+        return self.io_max_bytes_per_second < sys.float_info.max

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from pylog import cli
+from pylog.cli.inspection_commands import dump_command
 from pylog.storage.backends.fs import LocalStorage
 from pylog.storage.codec import records
 from pylog.storage.partition.index import OffsetIndex
@@ -102,9 +103,19 @@ def test_help(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_registry_builds_one_function_per_command() -> None:
-    assert "dump" in cli.COMMANDS
+    assert list(cli.COMMANDS) == [  # the order `pylog --help` lists them in
+        "dump",
+        "describe",
+        "verify",
+        "compact",
+        "retain",
+        "create-topic",
+        "produce",
+        "consume",
+        "recover",
+    ]
     with pytest.raises(ValueError, match="registered twice"):
-        cli.command("dump", "again")(cli.dump_command)
+        cli.command("dump", "again")(dump_command)
 
 
 def test_console_entry_point(tmp_path: Path) -> None:
@@ -124,6 +135,11 @@ def test_console_entry_point(tmp_path: Path) -> None:
         check=False,
     )
     assert proc.returncode == 1 and "no such file" in proc.stderr and "Traceback" not in proc.stderr
+    proc = subprocess.run(
+        [sys.executable, "-m", "pylog", "--help"], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert all(name in proc.stdout for name in cli.COMMANDS)
 
 
 def test_repeated_files_option_accumulates(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -73,7 +73,10 @@ def test_cross_module_type_error_is_reported(planted: tuple[int, str], rel: str)
 @pytest.mark.parametrize(
     "contract, chain",
     [
-        ("storage sub-packages depend only downward", "pylog.storage.codec.batch -> pylog.storage.maintenance"),
+        (
+            "storage sub-packages depend only downward",
+            "pylog.storage.codec.batch -> pylog.storage.maintenance",
+        ),
         ("only the connector imports pyspark", "pylog.storage.partition.segment -> pyspark"),
     ],
 )

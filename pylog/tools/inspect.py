@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -21,14 +21,61 @@ from pylog.storage.root.consumers import consumer_lag, read_consumer_offsets
 from pylog.storage.root.manager import CLEAN_SHUTDOWN, Root, partition_dir
 
 
-def describe(root: Root) -> dict[str, Any]:
+class SegmentInfo(TypedDict):
+    base_offset: int
+    next_offset: int
+    bytes: int
+    index_entries: int
+    time_index_entries: int
+    largest_timestamp: int
+    file: str
+
+
+class PartitionInfo(TypedDict):
+    partition: int
+    log_start_offset: int
+    log_end_offset: int
+    bytes: int
+    segments: list[SegmentInfo]
+
+
+class TopicInfo(TypedDict):
+    topic: str
+    partitions: list[PartitionInfo]
+    config_overrides: dict[str, Any]
+    bytes: int
+
+
+class ConsumerPartitionInfo(TypedDict):
+    topic: str
+    partition: int
+    consumed: int
+    lag: int
+
+
+class ConsumerInfo(TypedDict):
+    group: str
+    lag: int
+    partitions: list[ConsumerPartitionInfo]
+
+
+class RootInfo(TypedDict):
+    """What :func:`describe` returns (``pylog describe --json`` prints it as is)."""
+
+    root: str
+    clean_shutdown: bool
+    topics: list[TopicInfo]
+    consumers: list[ConsumerInfo]
+
+
+def describe(root: Root) -> RootInfo:
     """Topics, partitions, segments, sizes, offsets and configs of ``root``."""
-    topics = []
+    topics: list[TopicInfo] = []
     for topic in root.topics():
-        parts = []
+        parts: list[PartitionInfo] = []
         for p in range(root.partitions(topic)):
             lg = root.log(topic, p)
-            segs = [
+            segs: list[SegmentInfo] = [
                 {
                     "base_offset": s.base_offset,
                     "next_offset": s.read_next_offset(),
@@ -59,15 +106,15 @@ def describe(root: Root) -> dict[str, Any]:
             }
         )
     latest = {(t["topic"], p["partition"]): p["log_end_offset"] for t in topics for p in t["partitions"]}
-    consumers = []
+    consumers: list[ConsumerInfo] = []
     for group, consumed in sorted(read_consumer_offsets(root.storage).items()):
         subscribed = {tp: end for tp, end in latest.items() if tp[0] in {t for t, _ in consumed}}
         lag = consumer_lag(consumed, subscribed)
-        parts = [
+        lags: list[ConsumerPartitionInfo] = [
             {"topic": t, "partition": p, "consumed": consumed.get((t, p), 0), "lag": n}
             for (t, p), n in sorted(lag.items())
         ]
-        consumers.append({"group": group, "lag": sum(lag.values()), "partitions": parts})
+        consumers.append({"group": group, "lag": sum(lag.values()), "partitions": lags})
     return {
         "root": root.storage.describe(),
         "clean_shutdown": root.storage.exists(CLEAN_SHUTDOWN),
@@ -76,7 +123,7 @@ def describe(root: Root) -> dict[str, Any]:
     }
 
 
-def format_describe(info: dict[str, Any]) -> str:
+def format_describe(info: RootInfo) -> str:
     out = [f"root {info['root']}  (clean shutdown marker: {'yes' if info['clean_shutdown'] else 'no'})"]
     if not info["topics"]:
         out.append("no topics")
@@ -99,8 +146,8 @@ def format_describe(info: dict[str, Any]) -> str:
         out.append("\n* end - start: the offsets in range (compaction and control records leave gaps)")
     for c in info.get("consumers", []):
         out.append(f"\nquery {c['group']}: lag {c['lag']} records")
-        for p in c["partitions"]:
-            out.append(f"  {p['topic']}-{p['partition']}: consumed up to {p['consumed']}, lag {p['lag']}")
+        for cp in c["partitions"]:
+            out.append(f"  {cp['topic']}-{cp['partition']}: consumed up to {cp['consumed']}, lag {cp['lag']}")
     return "\n".join(out)
 
 

@@ -25,6 +25,11 @@ A writer that loses the race (N+1 exists and is not ours) removes its uploads an
 state and runs the operation again.  Every crash leaves manifest N or N+1 complete; what a
 crashed writer uploaded is unreferenced and removed by :meth:`ObjectStorage.sweep_orphans`.
 
+The manifest format and the resolution of the newest manifest are in
+:mod:`~pylog.storage.backends.manifest`, the orphan sweep in
+:mod:`~pylog.storage.backends.orphans`, the reading and caching of objects in
+:mod:`~pylog.storage.backends.reads`.
+
 Renames and deletions are changes of the tree only (no object is copied), so Kafka's swap
 protocol costs nothing here.  Objects are never appended to: the root seals (rolls) every
 active segment that received data before it commits, so each commit writes whole segments
@@ -33,10 +38,7 @@ and the compactor merges small ones (:mod:`pylog.storage.maintenance.merge`).
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import hashlib
-import json
 import logging
 import re
 import threading
@@ -46,49 +48,33 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from pylog.storage.backends import orphans
 from pylog.storage.backends.fs import AppendFile, Storage
+from pylog.storage.backends.manifest import (
+    DIRECT,
+    MANIFESTS,
+    encode_manifest,
+    garbage_of,
+    holds_inline,
+    inline_data,
+    inline_file,
+    is_direct,
+    is_newest_or_base,
+    manifest_key,
+    new_manifest,
+    newest_manifest,
+    object_file,
+    parent,
+    remember_created,
+    upload_key,
+)
 from pylog.storage.backends.objectstore import ObjectStore
-from pylog.storage.errors import CommitConflictError, CorruptMetadataError, StorageError
+from pylog.storage.backends.reads import ObjectReader
+from pylog.storage.errors import CommitConflictError, StorageError
 
 log = logging.getLogger("pylog.storage")
 
-MANIFESTS = "_pylog/manifests/"
-DIRECT = "_pylog/direct/"
-ORPHAN_GRACE_S = 3600.0
-"""Unreferenced objects younger than this (or the delete delay, if longer) are never swept."""
-INLINE_MAX = 4096
-"""Files up to this size, except segment data (``.log``), are kept inside the manifest."""
-WHOLE_OBJECT_MAX = 1 << 20
-"""Objects up to this size are read whole once and cached (immutable, so never stale)."""
-FIRST_READ = 256 << 10
-
-
-_NEWEST: dict[str, tuple[int, str, dict[str, Any]]] = {}
-"""Per URL, the newest manifest this process has read or written: number, ETag, document."""
-
-
-def manifest_key(number: int) -> str:
-    return f"{MANIFESTS}{number:020d}.json"
-
-
-_PYLOG_UPLOAD = re.compile(r"\.[0-9a-f]{16}$")  # what a crashed first commit may have left
 _KAFKA_SEGMENT = re.compile(r"^[A-Za-z0-9._-]+-\d+/\d{20}\.log$")
-
-
-def _manifest_number(key: str) -> int | None:
-    num = key[len(MANIFESTS) : -len(".json")]
-    return int(num) if key.startswith(MANIFESTS) and key.endswith(".json") and num.isdigit() else None
-
-
-def _is_direct(path: str) -> bool:
-    """Files outside the published state: staged sink data and consumer offsets (each written
-    whole by one PUT, so atomic by themselves)."""
-    d, _, name = path.rpartition("/")
-    return name.startswith(".pylog-stage.") or (not d and name.startswith("pylog-consumer-offsets."))
-
-
-def _parent(path: str) -> str:
-    return path.rpartition("/")[0]
 
 
 @dataclass
@@ -176,7 +162,7 @@ class ObjectStorage(Storage):
         self.read_only = read_only
         self.step_hook: Callable[[str], None] | None = None
         self._lock = threading.RLock()
-        self._ra: dict[str, tuple[int, bytes, int]] = {}  # key -> (start, block, window)
+        self._reader = ObjectReader(store)
         self.number = -1
         self._confirmed_at = float("-inf")  # when the snapshot was last known to be the newest
         self.writer_token = ""
@@ -229,74 +215,15 @@ class ObjectStorage(Storage):
         if not any(_KAFKA_SEGMENT.match(k) for k in listing):
             return False
         self._base = {k: _Entry(size, key=k) for k, (size, _, _) in listing.items()}
-        self._base_dirs = {d for k in listing if (d := _parent(k))}
+        self._base_dirs = {d for k in listing if (d := parent(k))}
         self.kafka_dir = True
         self._reset_working()
         return True
 
-    def _check_empty_prefix(self) -> None:
-        """A root's first commit: the prefix must hold nothing else, or the orphan sweep would
-        take those objects (a copied Kafka log directory, another dataset) for garbage."""
-        other = sorted(
-            k
-            for k in self.store.list("")
-            if not k.startswith(("_pylog/probe/", DIRECT)) and not _PYLOG_UPLOAD.search(k)
-        )
-        if other:
-            raise StorageError(
-                f"{self.store.url}: holds {len(other)} objects but no pylog manifest (e.g. {other[0]!r}); "
-                "pylog creates a root only under an empty prefix (its sweeps delete objects no manifest "
-                "refers to). A copied Kafka log directory can be read with read_only=True"
-            )
-
     def _newest(self) -> dict[str, Any] | None:
-        """The newest manifest.  Manifests are immutable and numbered without gaps, so once this
-        process knows manifest N, one LIST of the keys from N on tells whether N is still the
-        newest (same ETag: a root deleted and created again is never mistaken for the old one)
-        and a GET is needed only for a manifest it has not read yet."""
+        """The newest manifest (:func:`~pylog.storage.backends.manifest.newest_manifest`)."""
         self._confirmed_at = time.monotonic()  # before the LIST: the answer is at least this fresh
-        known = _NEWEST.get(self.store.url)
-        if known is not None and known[1]:
-            listing = self.store.list(MANIFESTS, start_after=manifest_key(known[0] - 1))
-            newest = max((k for k in listing if _manifest_number(k) is not None), default=None)
-            if newest == manifest_key(known[0]) and listing[newest][2] == known[1]:
-                return known[2]
-            if newest is not None and newest > manifest_key(known[0]):
-                try:
-                    doc = self._parse(self.store.get(newest), newest)
-                except FileNotFoundError:
-                    doc = None  # superseded and deleted meanwhile: a full listing below
-                if doc is not None:
-                    _NEWEST[self.store.url] = (int(doc["number"]), listing[newest][2], doc)
-                    return doc
-        for _ in range(5):
-            listing = self.store.list(MANIFESTS)
-            numbers = sorted(n for k in listing if (n := _manifest_number(k)) is not None)
-            if not numbers:
-                return None
-            key = manifest_key(numbers[-1])
-            try:
-                raw = self.store.get(key)
-            except FileNotFoundError:
-                continue  # superseded and deleted since the listing: list again
-            doc = self._parse(raw, key)
-            _NEWEST[self.store.url] = (numbers[-1], listing[key][2], doc)
-            return doc
-        raise StorageError(
-            f"{self.store.url}: the newest manifest keeps disappearing; is a sweeper misconfigured?"
-        )
-
-    def _parse(self, raw: bytes, key: str) -> dict[str, Any]:
-        try:
-            doc = json.loads(raw)
-            if doc.get("format") != "pylog-manifest" or doc.get("version") != 1:
-                raise ValueError(f"not a version 1 pylog manifest (format {doc.get('format')!r})")
-            int(doc["number"])
-            if not isinstance(doc["files"], dict) or not isinstance(doc["dirs"], list):
-                raise ValueError("files/dirs have the wrong types")
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise CorruptMetadataError(f"{self.store.url}/{key}: corrupt manifest: {e}") from e
-        return dict(doc)
+        return newest_manifest(self.store)
 
     def _load(self, doc: dict[str, Any] | None) -> None:
         self._base = {}
@@ -306,13 +233,13 @@ class ObjectStorage(Storage):
             self.number = int(doc["number"])
             self.writer_token = str(doc.get("writer", ""))
             for path, f in doc["files"].items():
-                if "inline" in f:
-                    data = base64.b64decode(f["inline"])
+                data = inline_data(f)
+                if data is not None:
                     self._base[path] = _Entry(len(data), data=data)
                 else:
                     self._base[path] = _Entry(int(f["size"]), key=str(f["key"]))
             self._base_dirs = {str(d) for d in doc["dirs"]}
-            self._garbage = [(str(k), int(t)) for k, t in doc.get("garbage", [])]
+            self._garbage = garbage_of(doc)
         self._reset_working()
 
     def _reset_working(self, keep_deferred: bool = False) -> None:
@@ -365,7 +292,7 @@ class ObjectStorage(Storage):
         if self.read_only:
             raise StorageError(f"{self.store.url}: opened read-only")
         if self.number < 0:
-            self._check_empty_prefix()
+            orphans.check_empty_prefix(self.store)
         self.store.probe()
         n = self.number + 1
         token = uuid.uuid4().hex
@@ -376,19 +303,19 @@ class ObjectStorage(Storage):
             e = self._files[path]
             if e.local:
                 data = bytes(e.data or b"")
-                if len(data) == 0 or (len(data) <= INLINE_MAX and not path.endswith(".log")):
-                    files[path] = {"inline": base64.b64encode(data).decode("ascii")}
+                if holds_inline(path, len(data)):
+                    files[path] = inline_file(data)
                     new_entries[path] = _Entry(len(data), data=data)
                 else:
-                    key = f"{path}.{token[:16]}"
+                    key = upload_key(path, token)
                     uploads.append((key, data))
-                    files[path] = {"size": len(data), "key": key}
+                    files[path] = object_file(len(data), key)
                     new_entries[path] = _Entry(len(data), key=key)
             elif e.key is not None:
-                files[path] = {"size": e.size, "key": e.key}
+                files[path] = object_file(e.size, e.key)
                 new_entries[path] = e
             else:
-                files[path] = {"inline": base64.b64encode(bytes(e.data or b"")).decode("ascii")}
+                files[path] = inline_file(e.data or b"")
                 new_entries[path] = e
         self._step("before-upload")
         uploaded_at = time.monotonic()
@@ -402,18 +329,16 @@ class ObjectStorage(Storage):
         delay = self.store.file_delete_delay_ms
         due = [k for k, t in garbage if t + delay <= now]
         keep = [(k, t) for k, t in garbage if t + delay > now]
-        doc = {
-            "format": "pylog-manifest",
-            "version": 1,
-            "number": n,
-            "writer": token,
-            "base_writer": self.writer_token,
-            "time_ms": now,
-            "files": files,
-            "dirs": sorted(self._dirs),
-            "garbage": keep,
-        }
-        raw = json.dumps(doc, separators=(",", ":")).encode()
+        doc = new_manifest(
+            n,
+            writer=token,
+            base_writer=self.writer_token,
+            time_ms=now,
+            files=files,
+            dirs=self._dirs,
+            garbage=keep,
+        )
+        raw = encode_manifest(doc)
         if time.monotonic() - uploaded_at > self.orphan_grace_s() / 2:
             # an orphan sweep may take these uploads for a crashed writer's: upload them again
             with contextlib.suppress(Exception):
@@ -424,7 +349,7 @@ class ObjectStorage(Storage):
         # a manifest newer than the snapshot is deleted only a delete delay after it was itself
         # superseded: with a snapshot confirmed more recently than half that, no gap is possible
         stale = (time.monotonic() - self._confirmed_at) * 1000 >= self.store.file_delete_delay_ms / 2
-        if created and stale and not self._is_newest_or_base(n, token):
+        if created and stale and not is_newest_or_base(self.store, n, token):
             # manifest n had been superseded *and* deleted (older than the delete delay) while
             # this root's snapshot was older still: readers resolve the newest one, so this
             # commit would never be seen, and its garbage is referenced by newer manifests
@@ -440,35 +365,14 @@ class ObjectStorage(Storage):
             )
         self._step("manifest-created")
         self._confirmed_at = creating_at  # n did not exist before: it was the newest then
-        # S3's ETag of a single PUT is the MD5 of its bytes: the next resolve needs no GET
-        _NEWEST[self.store.url] = (n, f'"{hashlib.md5(raw).hexdigest()}"', doc)
-        for key, data in uploads:
-            if len(data) <= WHOLE_OBJECT_MAX:
-                self.store.remember(key, data)
+        remember_created(self.store, raw, doc)
+        self._reader.remember(uploads)
         self.number, self.writer_token = n, token
         self._base, self._base_dirs, self._garbage = new_entries, set(self._dirs), keep
         self._reset_working(keep_deferred=True)
         self._run_deferred(due)
         self._step("committed")
         return True
-
-    def _is_newest_or_base(self, n: int, token: str) -> bool:
-        """After creating manifest ``n``: true if it is the newest, or the base of the next one
-        (another writer built on it at once).  False if newer manifests exist that do not
-        descend from it: ``n`` filled a gap left by the deletion of a superseded manifest."""
-        newer = [
-            k
-            for k in self.store.list(MANIFESTS, start_after=manifest_key(n))
-            if _manifest_number(k) is not None
-        ]
-        if not newer:
-            return True
-        first = min(newer)
-        try:
-            nxt = self._parse(self.store.get(first), first)
-        except FileNotFoundError:
-            return False
-        return int(nxt["number"]) == n + 1 and nxt.get("base_writer") == token
 
     def _run_deferred(self, extra: list[str] | None = None) -> None:
         keys = [DIRECT + p for p in self._deferred] + list(extra or [])
@@ -486,36 +390,21 @@ class ObjectStorage(Storage):
 
     def orphan_grace_s(self) -> float:
         """Age below which an unreferenced object may still be an upload of a commit in flight."""
-        return max(self.store.file_delete_delay_ms / 1000.0, ORPHAN_GRACE_S)
+        return orphans.orphan_grace_s(self.store)
 
     def sweep_orphans(self, now_ms: int | None = None) -> int:
-        """Delete objects that the *newest* manifest does not refer to (uploads of crashed or
-        losing writers, garbage whose deletion failed), once older than :meth:`orphan_grace_s`.
-        The listing is taken before the newest manifest is read, so an object committed
-        meanwhile is referenced (or too young); a writer gives up a commit whose uploads are
-        older than half the grace.  Returns how many objects were deleted."""
-        now = time.time() if now_ms is None else now_ms / 1000.0
-        grace = self.orphan_grace_s()
-        listing = self.store.list("")
-        doc = self._newest()  # never this root's own (possibly stale) snapshot
-        if doc is None:
+        """Delete the objects no manifest will ever delete (see :mod:`~pylog.storage.backends.orphans`).
+        Returns how many objects were deleted; :attr:`uploads_aborted` is set to how many multipart
+        uploads were aborted."""
+        # judged against the newest manifest, read without touching this root's snapshot: counting
+        # it as a confirmation (``_newest``) would let the next commit skip its gap check
+        swept = orphans.sweep_orphans(
+            self.store, lambda: newest_manifest(self.store), None if now_ms is None else now_ms / 1000.0
+        )
+        if swept is None:
             return 0
-        newest = int(doc["number"])
-        referenced = {str(f["key"]) for f in doc["files"].values() if "key" in f}
-        referenced |= {str(k) for k, _ in doc.get("garbage", [])}
-        referenced.add(manifest_key(newest))
-        doomed = []
-        for key, (_, mtime, _) in listing.items():
-            if key in referenced or key.startswith(DIRECT) or now - mtime < grace:
-                continue
-            if key.startswith(MANIFESTS):
-                num = _manifest_number(key)
-                if num is None or num >= newest:
-                    continue
-            doomed.append(key)
-        self.store.delete(doomed)
-        self.uploads_aborted = self.store.abort_stale_uploads(grace, now)
-        return len(doomed)
+        deleted, self.uploads_aborted = swept
+        return deleted
 
     # ------------------------------------------------------------------ direct objects
 
@@ -534,7 +423,7 @@ class ObjectStorage(Storage):
 
     def read(self, path: str, start: int = 0, end: int | None = None) -> bytes:
         path = self.check_relative(path)
-        if _is_direct(path):
+        if is_direct(path):
             return self.store.get(DIRECT + path, start or None, end)
         with self._lock:
             e = self._entry(path)
@@ -544,34 +433,11 @@ class ObjectStorage(Storage):
         if e.data is not None:
             return bytes(e.data[start:end])
         assert e.key is not None
-        if e.size <= WHOLE_OBJECT_MAX:
-            return self.store.get_cached(e.key, e.size)[start:end]
-        return self._ranged(e.key, e.size, start, end)
-
-    def _ranged(self, key: str, size: int, start: int, end: int) -> bytes:
-        """A ranged GET with a bounded read-ahead that doubles while a scan is sequential."""
-        with self._lock:
-            hit = self._ra.get(key)
-        if hit is not None:
-            bstart, block, window = hit
-            if bstart <= start and end <= bstart + len(block):
-                return block[start - bstart : end - bstart]
-            window = (
-                min(window * 2, self.store.read_ahead_bytes) if start == bstart + len(block) else FIRST_READ
-            )
-        else:
-            window = FIRST_READ
-        stop = min(size, max(end, start + window))
-        block = self.store.get(key, start, stop)
-        with self._lock:
-            if len(self._ra) > 16:
-                self._ra.clear()
-            self._ra[key] = (start, block, window)
-        return block[: end - start]
+        return self._reader.read(e.key, e.size, start, end)
 
     def size(self, path: str) -> int:
         path = self.check_relative(path)
-        if _is_direct(path):
+        if is_direct(path):
             try:
                 return self._direct_listing()[path]
             except KeyError:
@@ -580,7 +446,7 @@ class ObjectStorage(Storage):
 
     def exists(self, path: str) -> bool:
         path = self.check_relative(path)
-        if _is_direct(path):
+        if is_direct(path):
             return path in self._direct_listing()
         return path in self._files or self.isdir(path)
 
@@ -610,7 +476,7 @@ class ObjectStorage(Storage):
             while path and path not in self._dirs:
                 self._dirs.add(path)
                 self._dirty = True
-                path = _parent(path)
+                path = parent(path)
 
     def _check_writable(self, path: str) -> None:
         if self.read_only:
@@ -627,13 +493,13 @@ class ObjectStorage(Storage):
             data = bytearray(self.read(path))
         new = _Entry(len(data), data=data, local=True)
         self._files[path] = new
-        self._dirs.add(_parent(path)) if _parent(path) else None
+        self._dirs.add(parent(path)) if parent(path) else None
         self._dirty = True
         return new
 
     def open_append(self, path: str) -> AppendFile:
         path = self.check_relative(path)
-        if _is_direct(path):
+        if is_direct(path):
             return _DirectAppend(self, path)
         self._check_writable(path)
         with self._lock:
@@ -641,7 +507,7 @@ class ObjectStorage(Storage):
 
     def write_atomic(self, path: str, data: bytes) -> None:
         path = self.check_relative(path)
-        if _is_direct(path):
+        if is_direct(path):
             self.store.put(DIRECT + path, data)
             if self._direct is not None:
                 self._direct[path] = len(data)
@@ -668,7 +534,7 @@ class ObjectStorage(Storage):
 
     def delete(self, path: str) -> None:
         path = self.check_relative(path)
-        if _is_direct(path):
+        if is_direct(path):
             if self.in_transaction:  # a commit that loses a race must still find its staged data
                 self._deferred.append(path)
             else:
@@ -709,4 +575,4 @@ class ObjectStorage(Storage):
         yield
 
 
-__all__ = ["CommitConflictError", "ObjectStorage", "manifest_key"]
+__all__ = ["ObjectStorage"]

@@ -53,6 +53,8 @@ PYLOG_OPTIONS = {
     "pylog.file_delete_delay_ms": "grace period before superseded objects are deleted (60000)",
     "pylog.read_ahead_bytes": "largest read-ahead of a sequential scan of one object (8388608)",
 }
+PROBES = "_pylog/probe/"
+"""Where :meth:`ObjectStore.probe` creates (and at once deletes) its test objects."""
 _SECRET_WORDS = ("secret", "key", "token", "password", "credential", "session")
 
 
@@ -456,7 +458,7 @@ class ObjectStore:
         with _PROBE_LOCK:
             if self.url in _PROBED:
                 return
-        key = f"_pylog/probe/{uuid.uuid4().hex}"
+        key = f"{PROBES}{uuid.uuid4().hex}"
         try:
             first = self.create(key, b"first")
             second = self.create(key, b"second")
@@ -490,6 +492,7 @@ def is_object_url(path: str) -> bool:
 
 
 __all__ = [
+    "PROBES",
     "CommitOutcomeUnknownError",
     "ConditionalWritesUnsupportedError",
     "ObjectStore",

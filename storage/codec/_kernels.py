@@ -19,20 +19,20 @@ import sys
 import types
 from pathlib import Path
 
-_SRC = Path(__file__).with_name("_kernels_src.py")
+_SOURCES = (Path(__file__).with_name("_kernels_src.py"), Path(__file__).with_name("_kernels_hash_src.py"))
+"""Executed in order into one namespace: the codec's kernels, then the cleaner's hashing ones."""
 KERNELS = (
     "scan_entries",
-    "decode_records",
+    "walk_records",
     "decode_headers",
     "gather",
     "plan_batches",
     "write_batches",
-    # compaction (cleaner.py, offset_map.py, rewrite.py)
+    "write_rebuilt",
+    # hashing (cleaner.py, offset_map.py)
     "hash_keys",
     "map_put",
     "map_get",
-    "walk_records",
-    "write_rebuilt",
 )
 HELPERS = (
     "wrap64",
@@ -43,6 +43,8 @@ HELPERS = (
     "put_be",
     "get_be",
     "_fail",
+    "min_body",
+    "write_header",
     "rotl64",
     "fmix64",
     "load_le64",
@@ -50,11 +52,17 @@ HELPERS = (
 
 
 def _load(name: str) -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location(name, _SRC)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
+    """A fresh module ``name`` holding the definitions of every file of ``_SOURCES`` (each
+    function keeps its own file name, which numba's on-disk cache is keyed on)."""
+    mod: types.ModuleType | None = None
+    for path in _SOURCES:
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        if mod is None:
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    assert mod is not None
     return mod
 
 

@@ -24,6 +24,56 @@ every length read from input is checked against the end of its record first.  Er
 reported through a ``status`` array (code, batch, byte position, record) rather than raised.
 """
 
+import struct
+
+from pylog.storage.codec.legacy import RECORD_OVERHEAD_V0, RECORD_OVERHEAD_V1
+
+# RecordBatch v2 header fields in order, with their ``struct`` codes (the byte table is in
+# batch.py).  Every offset below is computed from this list, so the struct, the numpy view of
+# many headers (batch.py) and the kernels agree by construction.  The compiled copy reads the
+# ``AT_*`` ints as constants.
+HEADER_FIELDS = (
+    ("base_offset", "q"),
+    ("batch_length", "i"),
+    ("partition_leader_epoch", "i"),
+    ("magic", "b"),
+    ("crc", "I"),
+    ("attributes", "h"),
+    ("last_offset_delta", "i"),
+    ("base_timestamp", "q"),
+    ("max_timestamp", "q"),
+    ("producer_id", "q"),
+    ("producer_epoch", "h"),
+    ("base_sequence", "i"),
+    ("records_count", "i"),
+)
+HEADER = struct.Struct(">" + "".join(code for _, code in HEADER_FIELDS))
+HEADER_SIZE = HEADER.size  # 61: where the records section starts
+HEADER_AT = {
+    name: struct.calcsize(">" + "".join(code for _, code in HEADER_FIELDS[:k]))
+    for k, (name, _) in enumerate(HEADER_FIELDS)
+}
+"""Byte offset of each header field inside a batch."""
+AT_BASE_OFFSET = HEADER_AT["base_offset"]
+AT_LENGTH = HEADER_AT["batch_length"]
+AT_LEADER_EPOCH = HEADER_AT["partition_leader_epoch"]
+AT_MAGIC = HEADER_AT["magic"]
+AT_CRC = HEADER_AT["crc"]
+AT_ATTRIBUTES = HEADER_AT["attributes"]
+AT_LAST_DELTA = HEADER_AT["last_offset_delta"]
+AT_BASE_TIMESTAMP = HEADER_AT["base_timestamp"]
+AT_MAX_TIMESTAMP = HEADER_AT["max_timestamp"]
+AT_PRODUCER_ID = HEADER_AT["producer_id"]
+AT_PRODUCER_EPOCH = HEADER_AT["producer_epoch"]
+AT_BASE_SEQUENCE = HEADER_AT["base_sequence"]
+AT_COUNT = HEADER_AT["records_count"]
+LOG_OVERHEAD = AT_LEADER_EPOCH  # 12: every log entry starts ``offset int64 | size int32``
+CRC_FROM = AT_ATTRIBUTES  # the CRC-32C covers [attributes, end of batch)
+ENTRY_PREFIX = AT_MAGIC + 1  # 17: enough of any entry, whatever its magic, to read its magic
+MIN_BODY_V2 = HEADER_SIZE - LOG_OVERHEAD  # 49: smallest legal size field of a v2 batch
+MIN_BODY_V1 = RECORD_OVERHEAD_V1  # legacy message: crc, magic, attributes, timestamp, 2 lengths
+MIN_BODY_V0 = RECORD_OVERHEAD_V0  # ... without the timestamp
+
 # Error codes written to status[0]; messages live in records.py.
 E_OK = 0
 E_TRUNCATED = 1  # a varint or field runs past the end of its record / batch
@@ -126,6 +176,13 @@ def _fail(status, code, batch, pos, rec):  # type: ignore[no-untyped-def]
 # --------------------------------------------------------------------------- scanning
 
 
+def min_body(magic):  # type: ignore[no-untyped-def]
+    """The smallest legal size field of a log entry with this magic."""
+    if magic >= 2:
+        return MIN_BODY_V2
+    return MIN_BODY_V1 if magic == 1 else MIN_BODY_V0
+
+
 def scan_entries(data, start, end, out_pos, out_size, out_magic, status):  # type: ignore[no-untyped-def]
     """Walk log entries ``offset int64 | size int32 | body``; returns how many are complete.
 
@@ -135,32 +192,31 @@ def scan_entries(data, start, end, out_pos, out_size, out_magic, status):  # typ
     p = start
     k = 0
     while p < end:
-        if end - p < 17:
+        if end - p < ENTRY_PREFIX:
             _fail(status, E_TORN_ENTRY, k, p, end - p)
             return k
-        size = get_be(data, p + 8, 4)
-        magic = int(data[p + 16])
-        minimum = 49 if magic >= 2 else (22 if magic == 1 else 14)
-        if size < minimum:
+        size = get_be(data, p + AT_LENGTH, 4)
+        magic = int(data[p + AT_MAGIC])
+        if size < min_body(magic):
             _fail(status, E_ENTRY_SIZE, k, p, size)
             return k
-        if end - p - 12 < size:
+        if end - p - LOG_OVERHEAD < size:
             _fail(status, E_TORN_ENTRY, k, p, size)
             return k
         if k >= out_pos.shape[0]:
             return k
         out_pos[k] = p
-        out_size[k] = size + 12
+        out_size[k] = size + LOG_OVERHEAD
         out_magic[k] = magic
         k += 1
-        p += size + 12
+        p += size + LOG_OVERHEAD
     return k
 
 
 # --------------------------------------------------------------------------- decoding
 
 
-def decode_records(  # type: ignore[no-untyped-def]
+def walk_records(  # type: ignore[no-untyped-def]
     data,
     rec_start,
     rec_end,
@@ -173,13 +229,24 @@ def decode_records(  # type: ignore[no-untyped-def]
     out_ts,
     key_pos,
     key_len,
-    val_pos,
     val_len,
+    val_pos,
     hdr_pos,
     hdr_cnt,
+    tail_pos,
+    end_pos,
     status,
 ):
-    """Walk every record of every batch; returns the total number of headers, or -1."""
+    """Walk every record of every batch (``count[b]`` records in ``data[rec_start[b]:rec_end[b]]``),
+    checking each length against the end of its record; returns the total number of headers,
+    or -1 with the error in ``status``.
+
+    Every record's offset, timestamp, key span and value length are recorded.  The other
+    columns are recorded only when given (None: skipped; the compiled copy is specialized on
+    which are None, so a skipped column costs nothing): ``val_pos``, and ``hdr_pos``/``hdr_cnt``
+    (where the headers start, how many) for decoding; ``tail_pos`` (the keyLength varint) and
+    ``end_pos`` (the record's end) for the cleaner.  The bytes from tail to end (key, value,
+    headers) do not depend on the batch's base timestamp, so a rebuilt batch copies them."""
     n = 0
     total_headers = 0
     for b in range(rec_start.shape[0]):
@@ -200,6 +267,8 @@ def decode_records(  # type: ignore[no-untyped-def]
             off_delta, p = read_varint(data, p, rend, 5)
             if p < 0:
                 return _fail(status, -p, b, rec_pos, i)
+            if tail_pos is not None:
+                tail_pos[n] = p
             klen, p = read_varint(data, p, rend, 5)
             if p < 0:
                 return _fail(status, -p, b, rec_pos, i)
@@ -214,7 +283,8 @@ def decode_records(  # type: ignore[no-untyped-def]
                 return _fail(status, -p, b, rec_pos, i)
             if vlen < -1 or vlen > rend - p:
                 return _fail(status, E_VALUE_LENGTH, b, rec_pos, i)
-            val_pos[n] = p
+            if val_pos is not None:
+                val_pos[n] = p
             val_len[n] = vlen
             if vlen > 0:
                 p += vlen
@@ -223,8 +293,10 @@ def decode_records(  # type: ignore[no-untyped-def]
                 return _fail(status, -p, b, rec_pos, i)
             if hcount < 0 or hcount > (rend - p) // 2:
                 return _fail(status, E_HEADER_COUNT, b, rec_pos, i)
-            hdr_pos[n] = p
-            hdr_cnt[n] = hcount
+            if hdr_pos is not None:
+                hdr_pos[n] = p
+            if hdr_cnt is not None:
+                hdr_cnt[n] = hcount
             for _h in range(hcount):
                 hk, p = read_varint(data, p, rend, 5)
                 if p < 0:
@@ -241,6 +313,8 @@ def decode_records(  # type: ignore[no-untyped-def]
                     p += hv
             if p != rend:
                 return _fail(status, E_RECORD_SIZE_MISMATCH, b, rec_pos, i)
+            if end_pos is not None:
+                end_pos[n] = rend
             out_off[n] = wrap64(base_offset[b] + off_delta)
             if log_append[b]:
                 out_ts[n] = max_ts[b]
@@ -254,7 +328,7 @@ def decode_records(  # type: ignore[no-untyped-def]
 
 
 def decode_headers(data, hdr_pos, hdr_cnt, hk_pos, hk_len, hv_pos, hv_len):  # type: ignore[no-untyped-def]
-    """Second pass over records that have headers; bounds were checked by decode_records."""
+    """Second pass over records that have headers; bounds were checked by walk_records."""
     j = 0
     for i in range(hdr_pos.shape[0]):
         p = hdr_pos[i]
@@ -283,6 +357,39 @@ def gather(data, pos, length, out_offsets, out):  # type: ignore[no-untyped-def]
 # --------------------------------------------------------------------------- encoding
 
 
+def write_header(  # type: ignore[no-untyped-def]
+    out,
+    pos,
+    nbytes,
+    base_offset,
+    last_delta,
+    count,
+    base_ts,
+    max_ts,
+    attributes,
+    leader_epoch,
+    producer_id,
+    producer_epoch,
+    base_sequence,
+):
+    """The v2 header of a batch of ``nbytes`` bytes at ``out[pos]``, CRC left 0 (it covers the
+    records, which come after); returns the position of the records section."""
+    put_be(out, pos + AT_BASE_OFFSET, base_offset, 8)
+    put_be(out, pos + AT_LENGTH, nbytes - LOG_OVERHEAD, 4)
+    put_be(out, pos + AT_LEADER_EPOCH, leader_epoch, 4)
+    out[pos + AT_MAGIC] = 2
+    put_be(out, pos + AT_CRC, 0, 4)
+    put_be(out, pos + AT_ATTRIBUTES, attributes, 2)
+    put_be(out, pos + AT_LAST_DELTA, last_delta, 4)
+    put_be(out, pos + AT_BASE_TIMESTAMP, base_ts, 8)
+    put_be(out, pos + AT_MAX_TIMESTAMP, max_ts, 8)
+    put_be(out, pos + AT_PRODUCER_ID, producer_id, 8)
+    put_be(out, pos + AT_PRODUCER_EPOCH, producer_epoch, 2)
+    put_be(out, pos + AT_BASE_SEQUENCE, base_sequence, 4)
+    put_be(out, pos + AT_COUNT, count, 4)
+    return pos + HEADER_SIZE
+
+
 def plan_batches(  # type: ignore[no-untyped-def]
     klen,
     vlen,
@@ -302,7 +409,7 @@ def plan_batches(  # type: ignore[no-untyped-def]
     n = klen.shape[0]
     nb = 0
     first = 0
-    size = 61
+    size = HEADER_SIZE
     cnt = 0
     base_ts = 0
     for i in range(n):
@@ -325,7 +432,7 @@ def plan_batches(  # type: ignore[no-untyped-def]
             out_bytes[nb] = size
             nb += 1
             first = i
-            size = 61
+            size = HEADER_SIZE
             cnt = 0
             base_ts = ts[i]
             body = (
@@ -389,23 +496,24 @@ def write_batches(  # type: ignore[no-untyped-def]
         for i in range(lo, hi):
             if ts[i] > max_t:
                 max_t = ts[i]
-        put_be(out, pos, base_offset + lo, 8)
-        put_be(out, pos + 8, nbytes[b] - 12, 4)
-        put_be(out, pos + 12, leader_epoch, 4)
-        out[pos + 16] = 2
-        put_be(out, pos + 17, 0, 4)
-        put_be(out, pos + 21, attributes, 2)
-        put_be(out, pos + 23, hi - lo - 1, 4)
-        put_be(out, pos + 27, base_ts, 8)
-        put_be(out, pos + 35, max_t, 8)
-        put_be(out, pos + 43, producer_id, 8)
-        put_be(out, pos + 51, producer_epoch, 2)
         seq = base_sequence
         if seq >= 0:
             seq = (base_sequence + lo) % 2147483648
-        put_be(out, pos + 53, seq, 4)
-        put_be(out, pos + 57, hi - lo, 4)
-        p = pos + 61
+        p = write_header(
+            out,
+            pos,
+            nbytes[b],
+            base_offset + lo,
+            hi - lo - 1,
+            hi - lo,
+            base_ts,
+            max_t,
+            attributes,
+            leader_epoch,
+            producer_id,
+            producer_epoch,
+            seq,
+        )
         for i in range(lo, hi):
             p = write_varint(out, p, body[i])
             out[p] = 0
@@ -437,225 +545,9 @@ def write_batches(  # type: ignore[no-untyped-def]
 
 # --------------------------------------------------------------------------- compaction
 #
-# Kernels of the log cleaner (cleaner.py, offset_map.py, rewrite.py): walking records as byte
-# spans (no copies), hashing keys, the open-addressing offset map, and writing batches rebuilt
-# from retained records with their original offsets.
-
-# MurmurHash3 x64_128 constants as signed int64 bit patterns (all arithmetic below is int64
-# with wraparound: native in the compiled copy, ``wrap64`` in the Python copy).
-M3_C1 = -8663945395140668459  # 0x87c37b91114253d5
-M3_C2 = 5545529020109919103  # 0x4cf5ad432745937f
-M3_F1 = -49064778989728563  # 0xff51afd7ed558ccd
-M3_F2 = -4265267296055464877  # 0xc4ceb9fe1a85ec53
-MASK31 = 0x7FFFFFFF  # low 31 bits: ``(k >> 33) & MASK31`` is a logical shift of an int64
-
-
-def rotl64(x, r):  # type: ignore[no-untyped-def]
-    """Rotate the 64-bit pattern ``x`` left by ``r`` (1..63) bits."""
-    return wrap64((x << r) | ((x >> (64 - r)) & ((1 << r) - 1)))
-
-
-def fmix64(k):  # type: ignore[no-untyped-def]
-    k = k ^ ((k >> 33) & MASK31)
-    k = wrap64(k * M3_F1)
-    k = k ^ ((k >> 33) & MASK31)
-    k = wrap64(k * M3_F2)
-    return k ^ ((k >> 33) & MASK31)
-
-
-def load_le64(data, p):  # type: ignore[no-untyped-def]
-    v = 0
-    for j in range(8):
-        v |= int(data[p + j]) << (8 * j)
-    return wrap64(v)
-
-
-def hash_keys(data, pos, length, seed, out_h1, out_h2):  # type: ignore[no-untyped-def]
-    """MurmurHash3_x64_128 of each ``data[pos[i]:pos[i]+length[i]]`` (length >= 0, checked
-    by the caller against the buffer): (h1, h2) as int64 bit patterns.  One loop body, so the
-    compiled copy keeps every intermediate in registers."""
-    for i in range(pos.shape[0]):
-        p = int(pos[i])
-        n = int(length[i])
-        h1 = int(seed)
-        h2 = int(seed)
-        nblocks = n // 16
-        for b in range(nblocks):
-            q = p + 16 * b
-            k1 = load_le64(data, q)
-            k2 = load_le64(data, q + 8)
-            k1 = rotl64(wrap64(k1 * M3_C1), 31)
-            h1 ^= wrap64(k1 * M3_C2)
-            h1 = wrap64(wrap64(rotl64(h1, 27) + h2) * 5 + 1390208809)
-            k2 = rotl64(wrap64(k2 * M3_C2), 33)
-            h2 ^= wrap64(k2 * M3_C1)
-            h2 = wrap64(wrap64(rotl64(h2, 31) + h1) * 5 + 944331445)
-        tail = p + nblocks * 16
-        rem = n & 15
-        if rem > 8:
-            k2 = 0
-            for j in range(8, rem):
-                k2 |= int(data[tail + j]) << (8 * (j - 8))
-            h2 ^= wrap64(rotl64(wrap64(k2 * M3_C2), 33) * M3_C1)
-        if rem > 0:
-            k1 = 0
-            for j in range(min(rem, 8)):
-                k1 |= int(data[tail + j]) << (8 * j)
-            h1 ^= wrap64(rotl64(wrap64(wrap64(k1) * M3_C1), 31) * M3_C2)
-        h1 ^= n
-        h2 ^= n
-        h1 = wrap64(h1 + h2)
-        h2 = wrap64(h2 + h1)
-        h1 = fmix64(h1)
-        h2 = fmix64(h2)
-        h1 = wrap64(h1 + h2)
-        out_h1[i] = h1
-        out_h2[i] = wrap64(h2 + h1)
-
-
-def map_put(table, used, h1, h2, offsets, capacity, state):  # type: ignore[no-untyped-def]
-    """Insert (hash -> offset) pairs in order into ``table`` (slots x 3 int64: h1, h2,
-    offset + 1; 0 marks an empty slot, so a freshly zeroed table is empty), linear probing from
-    ``h1 mod slots``; ``used[k]`` records the slot of the k-th key.  An existing hash gets the
-    new offset.  Stops before the first *new* hash once ``state[0]`` (the number of keys) has
-    reached ``capacity`` (< slots and <= len(used), so a probe always ends at an empty slot);
-    returns how many pairs were inserted."""
-    slots = table.shape[0]
-    size = state[0]
-    n = h1.shape[0]
-    for i in range(n):
-        a = h1[i]
-        b = h2[i]
-        s = (a & MASK63) % slots
-        while True:
-            if table[s, 2] == 0:
-                if size >= capacity:
-                    state[0] = size
-                    return i
-                table[s, 0] = a
-                table[s, 1] = b
-                table[s, 2] = offsets[i] + 1
-                used[size] = s
-                size += 1
-                break
-            if table[s, 0] == a and table[s, 1] == b:
-                table[s, 2] = offsets[i] + 1
-                break
-            s += 1
-            if s == slots:
-                s = 0
-    state[0] = size
-    return n
-
-
-def map_get(table, h1, h2, out):  # type: ignore[no-untyped-def]
-    """The offset stored for each hash, or -1."""
-    slots = table.shape[0]
-    for i in range(h1.shape[0]):
-        a = h1[i]
-        b = h2[i]
-        s = (a & MASK63) % slots
-        out[i] = -1
-        while table[s, 2] != 0:
-            if table[s, 0] == a and table[s, 1] == b:
-                out[i] = table[s, 2] - 1
-                break
-            s += 1
-            if s == slots:
-                s = 0
-
-
-def walk_records(  # type: ignore[no-untyped-def]
-    data,
-    rec_start,
-    rec_end,
-    count,
-    base_offset,
-    base_ts,
-    log_append,
-    max_ts,
-    out_off,
-    out_ts,
-    out_tail,
-    key_pos,
-    key_len,
-    val_len,
-    out_end,
-    status,
-):
-    """Walk every record like :func:`decode_records` (same checks, same status codes) but
-    return spans instead of copies: ``out_tail`` is the position of the record's keyLength
-    varint and ``out_end`` its end.  The bytes between them (key, value, headers) do not depend
-    on the batch's base timestamp, so a rebuilt batch copies them verbatim.  Returns the
-    number of records, or -1."""
-    n = 0
-    for b in range(rec_start.shape[0]):
-        p = rec_start[b]
-        end = rec_end[b]
-        for i in range(count[b]):
-            rec_pos = p
-            length, p = read_varint(data, p, end, 5)
-            if p < 0:
-                return _fail(status, -p, b, rec_pos, i)
-            if length < 6 or length > end - p:
-                return _fail(status, E_RECORD_LENGTH, b, rec_pos, i)
-            rend = p + length
-            p += 1  # attributes
-            ts_delta, p = read_varint(data, p, rend, 10)
-            if p < 0:
-                return _fail(status, -p, b, rec_pos, i)
-            off_delta, p = read_varint(data, p, rend, 5)
-            if p < 0:
-                return _fail(status, -p, b, rec_pos, i)
-            out_tail[n] = p
-            klen, p = read_varint(data, p, rend, 5)
-            if p < 0:
-                return _fail(status, -p, b, rec_pos, i)
-            if klen < -1 or klen > rend - p:
-                return _fail(status, E_KEY_LENGTH, b, rec_pos, i)
-            key_pos[n] = p
-            key_len[n] = klen
-            if klen > 0:
-                p += klen
-            vlen, p = read_varint(data, p, rend, 5)
-            if p < 0:
-                return _fail(status, -p, b, rec_pos, i)
-            if vlen < -1 or vlen > rend - p:
-                return _fail(status, E_VALUE_LENGTH, b, rec_pos, i)
-            val_len[n] = vlen
-            if vlen > 0:
-                p += vlen
-            hcount, p = read_varint(data, p, rend, 5)
-            if p < 0:
-                return _fail(status, -p, b, rec_pos, i)
-            if hcount < 0 or hcount > (rend - p) // 2:
-                return _fail(status, E_HEADER_COUNT, b, rec_pos, i)
-            for _h in range(hcount):
-                hk, p = read_varint(data, p, rend, 5)
-                if p < 0:
-                    return _fail(status, -p, b, rec_pos, i)
-                if hk < 0 or hk > rend - p:
-                    return _fail(status, E_HEADER_KEY_LENGTH, b, rec_pos, i)
-                p += hk
-                hv, p = read_varint(data, p, rend, 5)
-                if p < 0:
-                    return _fail(status, -p, b, rec_pos, i)
-                if hv < -1 or hv > rend - p:
-                    return _fail(status, E_HEADER_VALUE_LENGTH, b, rec_pos, i)
-                if hv > 0:
-                    p += hv
-            if p != rend:
-                return _fail(status, E_RECORD_SIZE_MISMATCH, b, rec_pos, i)
-            out_end[n] = rend
-            out_off[n] = wrap64(base_offset[b] + off_delta)
-            if log_append[b]:
-                out_ts[n] = max_ts[b]
-            else:
-                out_ts[n] = wrap64(base_ts[b] + ts_delta)
-            n += 1
-        if p != end:
-            return _fail(status, E_TRAILING_BYTES, b, p, count[b])
-    return n
+# The cleaner (rewrite.py) locates records with walk_records (tail_pos/end_pos) and writes the
+# batches it rebuilds from the retained ones here; its key hashing and offset map kernels are in
+# _kernels_hash_src.py.
 
 
 def write_rebuilt(  # type: ignore[no-untyped-def]
@@ -689,20 +581,21 @@ def write_rebuilt(  # type: ignore[no-untyped-def]
         out_pos[b] = pos
         lo = first[b]
         hi = first[b + 1]
-        put_be(out, pos, b_base_offset[b], 8)
-        put_be(out, pos + 8, nbytes[b] - 12, 4)
-        put_be(out, pos + 12, b_leader_epoch[b], 4)
-        out[pos + 16] = 2
-        put_be(out, pos + 17, 0, 4)
-        put_be(out, pos + 21, b_attributes[b], 2)
-        put_be(out, pos + 23, b_last_delta[b], 4)
-        put_be(out, pos + 27, b_base_ts[b], 8)
-        put_be(out, pos + 35, b_max_ts[b], 8)
-        put_be(out, pos + 43, b_producer_id[b], 8)
-        put_be(out, pos + 51, b_producer_epoch[b], 2)
-        put_be(out, pos + 53, b_base_sequence[b], 4)
-        put_be(out, pos + 57, hi - lo, 4)
-        p = pos + 61
+        p = write_header(
+            out,
+            pos,
+            nbytes[b],
+            b_base_offset[b],
+            b_last_delta[b],
+            hi - lo,
+            b_base_ts[b],
+            b_max_ts[b],
+            b_attributes[b],
+            b_leader_epoch[b],
+            b_producer_id[b],
+            b_producer_epoch[b],
+            b_base_sequence[b],
+        )
         for i in range(lo, hi):
             p = write_varint(out, p, body[i])
             out[p] = 0

@@ -39,12 +39,28 @@ import crc32c
 import numpy as np
 
 from pylog.storage.codec import _kernels
-from pylog.storage.codec._kernels_src import E_ENTRY_SIZE, E_TORN_ENTRY
+from pylog.storage.codec._kernels_src import (
+    AT_CRC,
+    AT_LENGTH,
+    AT_MAGIC,
+    CRC_FROM,
+    E_ENTRY_SIZE,
+    E_TORN_ENTRY,
+    ENTRY_PREFIX,
+    HEADER,
+    HEADER_AT,
+    HEADER_FIELDS,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    min_body,
+)
+from pylog.storage.codec.legacy import MESSAGE_HEADER_V0, MESSAGE_HEADER_V1
 from pylog.storage.errors import CorruptRecordError
 
-HEADER = struct.Struct(">qiibIhiqqqhii")
-HEADER_SIZE = HEADER.size  # 61
-LOG_OVERHEAD = 12  # offset + size
+# HEADER (the struct of the table above), HEADER_AT (each field's offset) and the AT_* offsets
+# are defined with the kernels, which write headers; they are derived from one field list.
+FIELD = {name: struct.Struct(">" + code) for name, code in HEADER_FIELDS}
+"""Each header field's own struct, to read or patch one field at its ``HEADER_AT`` offset."""
 CONTROL_KEY = struct.Struct(">hh")
 END_TXN_VALUE = struct.Struct(">hi")
 
@@ -69,30 +85,21 @@ CONTROL_TYPES = {
     6: "KRAFT_VOTERS",
 }
 
-_ARANGE61 = np.arange(HEADER_SIZE, dtype=np.int64)
+_ARANGE_HEADER = np.arange(HEADER_SIZE, dtype=np.int64)
 _HEADER_DTYPE = np.dtype(
     {
-        "names": [
-            "base_offset",
-            "batch_length",
-            "partition_leader_epoch",
-            "magic",
-            "crc",
-            "attributes",
-            "last_offset_delta",
-            "base_timestamp",
-            "max_timestamp",
-            "producer_id",
-            "producer_epoch",
-            "base_sequence",
-            "records_count",
-        ],
-        "formats": [">i8", ">i4", ">i4", "u1", ">u4", ">i2", ">i4", ">i8", ">i8", ">i8", ">i2", ">i4", ">i4"],
-        "offsets": [0, 8, 12, 16, 17, 21, 23, 27, 35, 43, 51, 53, 57],
+        "names": [name for name, _ in HEADER_FIELDS],
+        "formats": [">" + code for _, code in HEADER_FIELDS],
+        "offsets": [HEADER_AT[name] for name, _ in HEADER_FIELDS],
         "itemsize": HEADER_SIZE,
     }
 )
-"""The 61-byte v2 header as a numpy structured type: many headers parse in one view."""
+"""The v2 header as a numpy structured type: many headers parse in one view."""
+# Legacy message fields read by parse_headers (layout in legacy.py): the crc follows the
+# offset/size prefix, the attributes byte ends the magic-0 header, the magic-1 timestamp follows.
+_LEGACY_CRC_AT = LOG_OVERHEAD
+_LEGACY_ATTRIBUTES_AT = MESSAGE_HEADER_V0.size - 1
+_LEGACY_TIMESTAMP_AT = MESSAGE_HEADER_V0.size
 
 
 @dataclass
@@ -185,11 +192,11 @@ def parse_headers(
     }
     v2 = magic >= 2
     raw = np.zeros((k, HEADER_SIZE), dtype=np.uint8)
-    raw[:, :12] = data[position[:, None] + _ARANGE61[:12]]  # offset and size: every magic
+    raw[:, :LOG_OVERHEAD] = data[position[:, None] + _ARANGE_HEADER[:LOG_OVERHEAD]]  # every magic
     if v2.all():
-        raw = data[position[:, None] + _ARANGE61]
+        raw = data[position[:, None] + _ARANGE_HEADER]
     elif v2.any():
-        raw[v2] = data[position[v2, None] + _ARANGE61]
+        raw[v2] = data[position[v2, None] + _ARANGE_HEADER]
     fields_ = np.ascontiguousarray(raw).view(_HEADER_DTYPE).reshape(-1)
     for name in _HEADER_DTYPE.names or ():
         if name != "magic":
@@ -197,13 +204,13 @@ def parse_headers(
     del out["batch_length"]  # implied by size
     legacy = ~v2
     if legacy.any():
-        # a legacy entry's offset field is its last offset (the last inner offset of a wrapper);
-        # crc at 12, attributes at 17, and for magic 1 the timestamp at 18
-        lraw = np.zeros((int(legacy.sum()), 26), dtype=np.uint8)
-        lraw[:, :] = data[position[legacy, None] + np.minimum(_ARANGE61[:26], size[legacy, None] - 1)]
-        out["crc"][legacy] = _be_column(lraw, 12, 4) & 0xFFFFFFFF
-        out["attributes"][legacy] = lraw[:, 17]
-        ts = np.where(magic[legacy] == 1, _be_column(lraw, 18, 8), -1)
+        # a legacy entry's offset field is its last offset (the last inner offset of a wrapper)
+        width = MESSAGE_HEADER_V1.size
+        lraw = np.zeros((int(legacy.sum()), width), dtype=np.uint8)
+        lraw[:, :] = data[position[legacy, None] + np.minimum(_ARANGE_HEADER[:width], size[legacy, None] - 1)]
+        out["crc"][legacy] = _be_column(lraw, _LEGACY_CRC_AT, 4) & 0xFFFFFFFF
+        out["attributes"][legacy] = lraw[:, _LEGACY_ATTRIBUTES_AT]
+        ts = np.where(magic[legacy] == 1, _be_column(lraw, _LEGACY_TIMESTAMP_AT, 8), -1)
         for name in ("base_timestamp", "max_timestamp"):
             out[name][legacy] = ts
         for name in ("partition_leader_epoch", "producer_id", "producer_epoch", "base_sequence"):
@@ -257,20 +264,19 @@ def scan_entries(
     error: CorruptRecordError | None = None
     if code == E_ENTRY_SIZE:
         bad = int(status[2])
-        m = int(data[bad + 16])
+        m = int(data[bad + AT_MAGIC])
         error = CorruptRecordError(
-            f"log entry declares size {int(status[3])}, below the minimum "
-            f"{49 if m >= 2 else (22 if m == 1 else 14)} for magic {m}",
+            f"log entry declares size {int(status[3])}, below the minimum {min_body(m)} for magic {m}",
             position=base_position + bad,
             path=path,
         )
     elif code == E_TORN_ENTRY and not allow_torn_tail:
         bad = int(status[2])
         declared = (
-            f", the entry declares {int.from_bytes(data[bad + 8 : bad + 12].tobytes(), 'big', signed=True)}"
-            " + 12 bytes"
-            if end - bad >= 12
-            else ", fewer than the 17-byte entry prefix"
+            f", the entry declares {int(FIELD['batch_length'].unpack_from(data, bad + AT_LENGTH)[0])}"
+            f" + {LOG_OVERHEAD} bytes"
+            if end - bad >= LOG_OVERHEAD
+            else f", fewer than the {ENTRY_PREFIX}-byte entry prefix"
         )
         error = CorruptRecordError(
             f"truncated log entry: {end - bad} bytes remain{declared}",
@@ -298,14 +304,66 @@ def verify_crcs(data: np.ndarray, headers: BatchHeaders) -> np.ndarray:
     mv = data.data
     for i in np.nonzero(headers.magic >= 2)[0]:
         p, s = int(headers.position[i]), int(headers.size[i])
-        ok[i] = crc32c.crc32c(mv[p + 21 : p + s]) == int(headers.crc[i])
+        ok[i] = crc32c.crc32c(mv[p + CRC_FROM : p + s]) == int(headers.crc[i])
     return ok
 
 
 def batch_crc(data: np.ndarray | bytes | memoryview, start: int, end: int) -> int:
-    """CRC-32C of ``data[start+21:end]`` (the checksummed range of a batch at ``start``)."""
+    """CRC-32C of the checksummed range (attributes to end) of the batch ``data[start:end]``."""
     view = data.data if isinstance(data, np.ndarray) else memoryview(data)
-    return int(crc32c.crc32c(view[start + 21 : end]))
+    return int(crc32c.crc32c(view[start + CRC_FROM : end]))
+
+
+def write_crcs(out: np.ndarray, pos: np.ndarray, nbytes: np.ndarray) -> None:
+    """Store the CRC-32C of each v2 batch ``out[pos[b]:pos[b]+nbytes[b]]`` in its header."""
+    mv = out.data
+    crcs = np.fromiter(
+        (crc32c.crc32c(mv[p + CRC_FROM : p + s]) for p, s in zip(pos.tolist(), nbytes.tolist(), strict=True)),
+        dtype=np.uint32,
+        count=pos.shape[0],
+    )
+    width = FIELD["crc"].size
+    out[pos[:, None] + AT_CRC + np.arange(width)] = crcs.astype(">u4").view(np.uint8).reshape(-1, width)
+
+
+def batch_error(h: BatchHeaders, i: int, msg: str, path: str | None, base: int) -> CorruptRecordError:
+    """The error for entry ``i`` of ``h`` (positions relative to the file position ``base``)."""
+    where = base + int(h.position[i])
+    return CorruptRecordError(f"batch at offset {int(h.base_offset[i])}: {msg}", position=where, path=path)
+
+
+def check_v2_headers(
+    data: np.ndarray,
+    h: BatchHeaders,
+    *,
+    verify_crc: bool | np.ndarray = True,
+    path: str | None = None,
+    base_position: int = 0,
+) -> None:
+    """Raise CorruptRecordError for the first v2 entry of ``h`` whose stored CRC does not match
+    its bytes (checked where ``verify_crc``: all, none, or a boolean mask of entries), then for
+    the first with an unknown codec, a negative record count or a negative lastOffsetDelta."""
+    if verify_crc is not False:
+        if verify_crc is True:
+            ok = verify_crcs(data, h)
+        else:
+            ok = np.ones(len(h), bool)
+            rows = np.nonzero(verify_crc)[0]
+            ok[rows] = verify_crcs(data, h.take(rows))
+        if not ok.all():
+            i = int(np.argmax(~ok))
+            p, s = int(h.position[i]), int(h.size[i])
+            msg = f"CRC mismatch: stored 0x{int(h.crc[i]):08x}, computed 0x{batch_crc(data, p, p + s):08x}"
+            raise batch_error(h, i, msg, path, base_position)
+    v2 = h.magic >= 2
+    for cond, msg, values in (
+        (v2 & (h.codec > 4), "unknown compression codec id", h.codec),
+        (v2 & (h.records_count < 0), "negative record count", h.records_count),
+        (v2 & (h.last_offset_delta < 0), "negative lastOffsetDelta", h.last_offset_delta),
+    ):
+        if cond.any():
+            i = int(np.argmax(cond))
+            raise batch_error(h, i, f"{msg} {int(values[i])}", path, base_position)
 
 
 def control_type(key: bytes | None, *, position: int | None = None) -> int:
@@ -338,16 +396,22 @@ __all__ = [
     "COMMIT",
     "CONTROL_TYPES",
     "CREATE_TIME",
+    "FIELD",
     "HEADER",
+    "HEADER_AT",
     "HEADER_SIZE",
     "LOG_APPEND_TIME",
+    "LOG_OVERHEAD",
     "BatchHeaders",
     "Scan",
     "as_uint8",
     "batch_crc",
+    "batch_error",
+    "check_v2_headers",
     "control_type",
     "end_txn_marker",
     "parse_headers",
     "scan_entries",
     "verify_crcs",
+    "write_crcs",
 ]

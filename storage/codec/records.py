@@ -13,12 +13,10 @@ Byte layouts: batch header in :mod:`batch`, record layout in :mod:`_kernels_src`
 
 from __future__ import annotations
 
-import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import crc32c
 import numpy as np
 import pyarrow as pa
 
@@ -26,15 +24,18 @@ from pylog.storage.codec import _kernels, compression
 from pylog.storage.codec import _kernels_src as K
 from pylog.storage.codec.batch import (
     CONTROL_MASK,
+    FIELD,
     HEADER,
     HEADER_SIZE,
     LOG_APPEND_TIME,
     TRANSACTIONAL_MASK,
     BatchHeaders,
     as_uint8,
+    batch_error,
+    check_v2_headers,
     parse_headers,
     scan_entries,
-    verify_crcs,
+    write_crcs,
 )
 from pylog.storage.codec.columns import HEADER_TYPE, binary_parts, header_parts, timestamps_ms, varint_sizes
 from pylog.storage.codec.columns import to_binary_array as _to_arrow
@@ -45,7 +46,6 @@ DEFAULT_BATCH_BYTES = 1 << 20
 MAX_DECOMPRESSED_BATCH = 1 << 30
 """Upper bound on one batch's decompressed records section (a defence, not a format limit)."""
 MIN_RECORD_BYTES = 7  # length varint + attributes + 5 one-byte varints
-HEADER_LENGTH = struct.Struct(">i")  # batchLength, rewritten after compression
 
 RECORD_SCHEMA = pa.schema(
     [
@@ -134,7 +134,7 @@ def decode(
     headers = parse_headers(data, scan.position, scan.size, scan.magic)
     v2 = headers.magic >= 2
     if v2.any():
-        _check_v2_headers(data, headers, v2, verify_crc, path, base_position)
+        check_v2_headers(data, headers, verify_crc=verify_crc, path=path, base_position=base_position)
     legacy_rows: list[Any] = []
     if not v2.all():
         legacy_rows = _decode_legacy(data, headers, verify_crc, path, base_position)
@@ -143,40 +143,6 @@ def decode(
         records, batch_index = _merge_legacy(records, batch_index, legacy_rows)
     headers.position = headers.position + base_position
     return RecordSet(records, batch_index, headers, scan.end, scan.torn_bytes)
-
-
-def _check_v2_headers(
-    data: np.ndarray, h: BatchHeaders, v2: np.ndarray, verify_crc: bool, path: str | None, base: int
-) -> None:
-    def fail(i: int, msg: str) -> None:
-        raise CorruptRecordError(
-            f"batch at offset {int(h.base_offset[i])}: {msg}", position=base + int(h.position[i]), path=path
-        )
-
-    if verify_crc:
-        ok = verify_crcs(data, h)
-        bad = np.nonzero(~ok)[0]
-        if bad.size:
-            i = int(bad[0])
-            p, s = int(h.position[i]), int(h.size[i])
-            computed = int(crc32c.crc32c(data.data[p + 21 : p + s]))
-            fail(i, f"CRC mismatch: stored 0x{int(h.crc[i]):08x}, computed 0x{computed:08x}")
-    idx = np.nonzero(v2)[0]
-    for cond, msg in (
-        (h.codec[idx] > 4, "unknown compression codec id {codec}"),
-        (h.records_count[idx] < 0, "negative record count {records_count}"),
-        (h.last_offset_delta[idx] < 0, "negative lastOffsetDelta {last_offset_delta}"),
-    ):
-        if cond.any():
-            i = int(idx[np.argmax(cond)])
-            fail(
-                i,
-                msg.format(
-                    codec=int(h.codec[i]),
-                    records_count=int(h.records_count[i]),
-                    last_offset_delta=int(h.last_offset_delta[i]),
-                ),
-            )
 
 
 def _decode_v2(
@@ -190,59 +156,97 @@ def _decode_v2(
     buffer = data
     if (codec != 0).any():
         buffer, rec_start, rec_end = _decompress(data, h, idx, rec_start, rec_end, path, base)
-    too_many = count * MIN_RECORD_BYTES > rec_end - rec_start
-    if too_many.any():
-        j = int(np.argmax(too_many))
-        raise CorruptRecordError(
-            f"batch at offset {int(h.base_offset[idx[j]])}: record count {int(count[j])} cannot "
-            f"fit in {int(rec_end[j] - rec_start[j])} bytes of records",
-            position=base + int(h.position[idx[j]]),
-            path=path,
-        )
-    n = int(count.sum())
-    kern = _kernels.active()
-    out_off, out_ts = _empty(n), _empty(n)
-    key_pos, key_len, val_pos, val_len = _empty(n), _empty(n), _empty(n), _empty(n)
-    hdr_pos, hdr_cnt = _empty(n), _empty(n)
-    status = np.zeros(4, np.int64)
-    log_append = ((h.attributes[idx] >> 3) & 1).astype(np.bool_)
-    total_h = kern.decode_records(
+    walked = walk_records(
         buffer,
         rec_start,
         rec_end,
         count,
         h.base_offset[idx],
         h.base_timestamp[idx],
-        log_append,
+        ((h.attributes[idx] >> 3) & 1).astype(np.bool_),
         h.max_timestamp[idx],
-        out_off,
-        out_ts,
-        key_pos,
-        key_len,
-        val_pos,
-        val_len,
-        hdr_pos,
-        hdr_cnt,
-        status,
+        spans=False,
+        decompressed=codec != 0,
+        error=lambda j, msg: batch_error(h, int(idx[j]), msg, path, base),
     )
-    if total_h < 0:
-        j, rec = int(status[1]), int(status[3])
-        where = int(status[2]) - int(rec_start[j])
-        raise CorruptRecordError(
-            f"batch at offset {int(h.base_offset[idx[j]])}, record {rec} (byte {where} of the "
-            f"{'decompressed ' if codec[j] else ''}records): {_MESSAGES.get(int(status[0]), 'corrupt')}",
-            position=base + int(h.position[idx[j]]),
-            path=path,
-        )
-    keys = _binary_column(kern, buffer, key_pos, key_len)
-    values = _binary_column(kern, buffer, val_pos, val_len)
-    headers = _headers_column(kern, buffer, hdr_pos, hdr_cnt, int(total_h), path, base, h, idx)
+    assert walked.val_pos is not None and walked.hdr_pos is not None and walked.hdr_cnt is not None
+    kern = _kernels.active()
+    keys = _binary_column(kern, buffer, walked.key_pos, walked.key_len)
+    values = _binary_column(kern, buffer, walked.val_pos, walked.val_len)
+    headers = _headers_column(
+        kern, buffer, walked.hdr_pos, walked.hdr_cnt, walked.total_headers, path, base, h, idx
+    )
     ts_type = np.repeat(((h.attributes[idx] >> 3) & 1).astype(np.int32), count)
     table = pa.Table.from_arrays(
-        [pa.array(out_off), pa.array(out_ts), pa.array(ts_type), keys, values, headers],
+        [pa.array(walked.offset), pa.array(walked.timestamp), pa.array(ts_type), keys, values, headers],
         schema=RECORD_SCHEMA,
     )
     return table, np.repeat(idx, count)
+
+
+@dataclass
+class Walked:
+    """Where each record of a run of records sections is (``_kernels_src.walk_records``)."""
+
+    offset: np.ndarray
+    timestamp: np.ndarray
+    key_pos: np.ndarray
+    key_len: np.ndarray
+    val_len: np.ndarray
+    val_pos: np.ndarray | None  # decoding: value position, headers start and count
+    hdr_pos: np.ndarray | None
+    hdr_cnt: np.ndarray | None
+    tail: np.ndarray | None  # spans: keyLength varint position and record end
+    end: np.ndarray | None
+    total_headers: int
+
+
+def walk_records(
+    buffer: np.ndarray,
+    rec_start: np.ndarray,
+    rec_end: np.ndarray,
+    count: np.ndarray,
+    base_offset: np.ndarray,
+    base_timestamp: np.ndarray,
+    log_append: np.ndarray,
+    max_timestamp: np.ndarray,
+    *,
+    spans: bool,
+    decompressed: np.ndarray,
+    error: Callable[[int, str], CorruptRecordError],
+) -> Walked:
+    """Locate the ``count[j]`` records of each records section ``buffer[rec_start[j]:rec_end[j]]``
+    and their offsets and timestamps, checking every length against the end of its record.
+
+    ``spans`` records each record's tail and end (for rebuilding batches, see rewrite.py)
+    instead of its value position and headers (for decoding).  Corrupt framing raises
+    ``error(j, message)`` for section ``j``; ``decompressed[j]`` tells the message whether
+    the section's bytes came out of a decompressor."""
+    too_many = count * MIN_RECORD_BYTES > rec_end - rec_start
+    if too_many.any():
+        j = int(np.argmax(too_many))
+        size = int(rec_end[j] - rec_start[j])
+        raise error(j, f"record count {int(count[j])} cannot fit in {size} bytes of records")
+    n = int(count.sum())
+    # decoded columns come from Arrow's pool, like the Arrow arrays built beside them
+    empty = (lambda: np.empty(n, np.int64)) if spans else (lambda: _empty(n))
+    w = Walked(empty(), empty(), empty(), empty(), empty(), None, None, None, None, None, 0)
+    if spans:
+        w.tail, w.end = empty(), empty()
+    else:
+        w.val_pos, w.hdr_pos, w.hdr_cnt = empty(), empty(), empty()
+    status = np.zeros(4, np.int64)
+    sections = (buffer, rec_start, rec_end, count, base_offset, base_timestamp, log_append, max_timestamp)
+    columns = (w.offset, w.timestamp, w.key_pos, w.key_len, w.val_len, w.val_pos, w.hdr_pos, w.hdr_cnt)
+    got = _kernels.active().walk_records(*sections, *columns, w.tail, w.end, status)
+    if got < 0:
+        j, rec = int(status[1]), int(status[3])
+        where = int(status[2]) - int(rec_start[j])
+        what = "decompressed records" if decompressed[j] else "records"
+        msg = _MESSAGES.get(int(status[0]), "corrupt")
+        raise error(j, f"record {rec} (byte {where} of the {what}): {msg}")
+    w.total_headers = int(got)
+    return w
 
 
 def _decompress(
@@ -269,11 +273,7 @@ def _decompress(
                 max_size=MAX_DECOMPRESSED_BATCH,
             )
         except CorruptRecordError as e:
-            raise CorruptRecordError(
-                f"batch at offset {int(h.base_offset[i])}: {e.reason}",
-                position=base + int(h.position[i]),
-                path=path,
-            ) from e
+            raise batch_error(h, i, e.reason, path, base) from e
         parts.append(np.frombuffer(raw, dtype=np.uint8))
         new_start[j] = total
         total += len(raw)
@@ -463,7 +463,7 @@ def encode(
     body = np.empty(n, np.int64)
     nb = kern.plan_batches(k_len, v_len, h_cnt, h_size, ts, batch_bytes, max_records, first, nbytes, body)
     first, nbytes = first[:nb], nbytes[:nb]
-    if (nbytes - 12 > K.INT32_MAX).any():
+    if (nbytes - K.LOG_OVERHEAD > K.INT32_MAX).any():
         raise ValueError("a single record is larger than a batch can hold (2 GiB)")
     attributes = (
         (timestamp_type << 3)
@@ -499,40 +499,38 @@ def encode(
         pos,
     )
     if codec_id != compression.NONE:
-        out, pos, nbytes = _compress_batches(out, pos, nbytes, codec_id, level)
-    _write_crcs(out, pos, nbytes)
+        out, pos, nbytes = compress_batches(out, pos, nbytes, np.full(nb, codec_id), level)
+    write_crcs(out, pos, nbytes)
     return EncodedBatches(out, parse_headers(out, pos, nbytes, np.full(nb, 2, np.int64)))
 
 
-def _write_crcs(out: np.ndarray, pos: np.ndarray, nbytes: np.ndarray) -> None:
-    mv = out.data
-    crcs = np.fromiter(
-        (crc32c.crc32c(mv[p + 21 : p + s]) for p, s in zip(pos.tolist(), nbytes.tolist(), strict=True)),
-        dtype=np.uint32,
-        count=pos.shape[0],
-    )
-    out[pos[:, None] + 17 + np.arange(4)] = crcs.astype(">u4").view(np.uint8).reshape(-1, 4)
-
-
-def _compress_batches(
-    out: np.ndarray, pos: np.ndarray, nbytes: np.ndarray, codec: int, level: int | None
+def compress_batches(
+    out: np.ndarray, pos: np.ndarray, nbytes: np.ndarray, codec: np.ndarray, level: int | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    parts: list[bytes] = []
+    """The batches ``out[pos[b]:pos[b]+nbytes[b]]`` laid end to end, the records section of each
+    whose ``codec[b]`` is not 0 compressed with it (the header gets its codec bits and new
+    batchLength; the CRC is written after).  Returns (buffer, positions, sizes)."""
+    parts: list[bytes | memoryview] = []
     new_pos = np.empty_like(pos)
     new_size = np.empty_like(nbytes)
     total = 0
     mv = out.data
-    for b, (p, s) in enumerate(zip(pos.tolist(), nbytes.tolist(), strict=True)):
-        packed = compression.compress(codec, mv[p + HEADER_SIZE : p + s], level)
-        header = bytearray(mv[p : p + HEADER_SIZE])
-        HEADER_LENGTH.pack_into(header, 8, HEADER_SIZE - 12 + len(packed))
-        attrs = int.from_bytes(header[21:23], "big") | codec
-        header[21:23] = attrs.to_bytes(2, "big")
-        parts.append(bytes(header))
-        parts.append(packed)
+    length, attributes = FIELD["batch_length"], FIELD["attributes"]
+    for b, (p, s, c) in enumerate(zip(pos.tolist(), nbytes.tolist(), codec.tolist(), strict=True)):
+        if c == 0:
+            parts.append(mv[p : p + s])
+        else:
+            packed = compression.compress(c, mv[p + HEADER_SIZE : p + s], level)
+            header = bytearray(mv[p : p + HEADER_SIZE])
+            length.pack_into(header, K.AT_LENGTH, HEADER_SIZE - K.LOG_OVERHEAD + len(packed))
+            codec_bits = attributes.unpack_from(header, K.AT_ATTRIBUTES)[0] | c
+            attributes.pack_into(header, K.AT_ATTRIBUTES, codec_bits)
+            parts.append(bytes(header))
+            parts.append(packed)
+            s = HEADER_SIZE + len(packed)
         new_pos[b] = total
-        new_size[b] = HEADER_SIZE + len(packed)
-        total += new_size[b]
+        new_size[b] = s
+        total += s
     return np.frombuffer(b"".join(parts), dtype=np.uint8).copy(), new_pos, new_size
 
 

@@ -29,18 +29,17 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-import crc32c
 import numpy as np
 
 from pylog.storage.codec import _kernels, compression, records
 from pylog.storage.codec import batch as B
+from pylog.storage.codec.columns import varint_sizes
 from pylog.storage.errors import CorruptRecordError
 
 COPY, REBUILD, EMPTY, DROP = 0, 1, 2, 3
 """What :func:`rebuild` does with each input batch."""
 
 _KEEP_ATTRIBUTES = B.TIMESTAMP_TYPE_MASK | B.TRANSACTIONAL_MASK | B.CONTROL_MASK
-_ERRORS = records._MESSAGES
 
 
 @dataclass
@@ -77,12 +76,6 @@ class Spans:
         ]
 
 
-def _fail(h: B.BatchHeaders, i: int, msg: str, path: str | None, base: int) -> CorruptRecordError:
-    return CorruptRecordError(
-        f"batch at offset {int(h.base_offset[i])}: {msg}", position=base + int(h.position[i]), path=path
-    )
-
-
 def walk(
     data: np.ndarray,
     headers: B.BatchHeaders,
@@ -100,27 +93,11 @@ def walk(
     h = headers.take(slice(None))
     n = len(h)
     v2 = h.magic >= 2
-    ok = np.ones(n, bool)
-    check = np.ones(n, bool)
+    check: bool | np.ndarray = True
     if trusted is not None:
         at = h.position + base_position
         check = ~((at >= trusted[0]) & (at + h.size <= trusted[1]))
-    if check.any():
-        ok[check] = B.verify_crcs(data, h.take(np.nonzero(check)[0]))
-    if not ok.all():
-        i = int(np.argmax(~ok))
-        p, s = int(h.position[i]), int(h.size[i])
-        computed = int(crc32c.crc32c(data.data[p + 21 : p + s]))
-        msg = f"CRC mismatch: stored 0x{int(h.crc[i]):08x}, computed 0x{computed:08x}"
-        raise _fail(h, i, msg, path, base_position)
-    for cond, msg, values in (
-        (v2 & (h.codec > 4), "unknown compression codec id", h.codec),
-        (v2 & (h.records_count < 0), "negative record count", h.records_count),
-        (v2 & (h.last_offset_delta < 0), "negative lastOffsetDelta", h.last_offset_delta),
-    ):
-        if cond.any():
-            i = int(np.argmax(cond))
-            raise _fail(h, i, f"{msg} {int(values[i])}", path, base_position)
+    B.check_v2_headers(data, h, verify_crc=check, path=path, base_position=base_position)
     rec_start = h.position + B.HEADER_SIZE
     rec_end = h.position + h.size
     count = h.records_count.copy()
@@ -139,7 +116,7 @@ def walk(
                     int(h.codec[i]), mv[p + B.HEADER_SIZE : p + s], max_size=records.MAX_DECOMPRESSED_BATCH
                 )
             except CorruptRecordError as e:
-                raise _fail(h, i, e.reason, path, base_position) from e
+                raise B.batch_error(h, i, e.reason, path, base_position) from e
             section = np.frombuffer(raw, dtype=np.uint8)
         else:  # legacy: decode, re-encode as one v2 records section, walk that
             rs = records.decode(data[p : p + s], path=path, base_position=base_position + p)
@@ -164,41 +141,28 @@ def walk(
         total += int(section.shape[0])
         rec_end[i] = total
     buffer = np.concatenate(parts) if len(parts) > 1 else data
-    too_many = count * records.MIN_RECORD_BYTES > rec_end - rec_start
-    if too_many.any():
-        i = int(np.argmax(too_many))
-        msg = f"record count {int(count[i])} cannot fit in {int(rec_end[i] - rec_start[i])} bytes of records"
-        raise _fail(h, i, msg, path, base_position)
-    m = int(count.sum())
-    cols = [np.empty(m, np.int64) for _ in range(7)]
-    status = np.zeros(4, np.int64)
-    got = _kernels.active().walk_records(
-        buffer, rec_start, rec_end, count, base_off, base_ts, log_append, h.max_timestamp, *cols, status
+    w = records.walk_records(
+        buffer,
+        rec_start,
+        rec_end,
+        count,
+        base_off,
+        base_ts,
+        log_append,
+        h.max_timestamp,
+        spans=True,
+        decompressed=h.codec != 0,
+        error=lambda j, msg: B.batch_error(h, j, msg, path, base_position),
     )
-    if got < 0:
-        j, rec = int(status[1]), int(status[3])
-        where = int(status[2]) - int(rec_start[j])
-        what = "decompressed records" if h.codec[j] else "records"
-        msg = f"record {rec} (byte {where} of the {what}): {_ERRORS.get(int(status[0]), 'corrupt')}"
-        raise _fail(h, j, msg, path, base_position)
+    assert w.tail is not None and w.end is not None
     first = np.zeros(n + 1, np.int64)
     np.cumsum(count, out=first[1:])
-    off, ts, tail, kpos, klen, vlen, end = cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6]
+    off, ts = w.offset, w.timestamp
     for i, rs in legacy_fix:
         lo, hi = int(first[i]), int(first[i + 1])
         off[lo:hi] = rs.records.column("offset").to_numpy()
         ts[lo:hi] = rs.records.column("timestamp").to_numpy()
-    return Spans(buffer, h, first, off, ts, tail, kpos, klen, vlen, end)
-
-
-def varint_sizes(v: np.ndarray) -> np.ndarray:
-    """Bytes of the zigzag varint encoding of each int64 (vectorized)."""
-    v = v.astype(np.int64, copy=False)
-    u = ((v << 1) ^ (v >> 63)).view(np.uint64)
-    size = np.ones(u.shape, np.int64)
-    for bits in range(7, 64, 7):
-        size += u >= (np.uint64(1) << np.uint64(bits))
-    return size
+    return Spans(buffer, h, first, off, ts, w.tail, w.key_pos, w.key_len, w.val_len, w.end)
 
 
 def rebuild(
@@ -293,38 +257,6 @@ def _write_rebuilt(
     record_fields = (body, tail_pos, tail_len, ts_delta, off_delta)
     _kernels.active().write_rebuilt(buf, spans.buffer, first, nbytes, *record_fields, *header_fields, pos)
     if (codec != 0).any():
-        buf, pos, nbytes = _compress(buf, pos, nbytes, codec)
-    mv = buf.data
-    crcs = np.fromiter(
-        (crc32c.crc32c(mv[p + 21 : e]) for p, e in zip(pos.tolist(), (pos + nbytes).tolist(), strict=True)),
-        dtype=np.uint32,
-        count=nb,
-    )
-    buf[pos[:, None] + 17 + np.arange(4)] = crcs.astype(">u4").view(np.uint8).reshape(-1, 4)
+        buf, pos, nbytes = records.compress_batches(buf, pos, nbytes, codec)
+    B.write_crcs(buf, pos, nbytes)
     return buf, pos, nbytes
-
-
-def _compress(
-    buf: np.ndarray, pos: np.ndarray, nbytes: np.ndarray, codec: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Compress the records section of each batch whose ``codec`` is not 0 (one step per batch)."""
-    parts: list[bytes | memoryview] = []
-    new_pos = np.empty_like(pos)
-    new_size = np.empty_like(nbytes)
-    mv = buf.data
-    total = 0
-    for b, (p, s, c) in enumerate(zip(pos.tolist(), nbytes.tolist(), codec.tolist(), strict=True)):
-        if c == 0:
-            parts.append(mv[p : p + s])
-            size = s
-        else:
-            packed = compression.compress(c, mv[p + B.HEADER_SIZE : p + s])
-            header = bytearray(mv[p : p + B.HEADER_SIZE])
-            records.HEADER_LENGTH.pack_into(header, 8, B.HEADER_SIZE - 12 + len(packed))
-            parts.append(bytes(header))
-            parts.append(packed)
-            size = B.HEADER_SIZE + len(packed)
-        new_pos[b] = total
-        new_size[b] = size
-        total += size
-    return np.frombuffer(b"".join(parts), dtype=np.uint8).copy(), new_pos, new_size

@@ -2,7 +2,7 @@
 
 A compacted log (``cleanup.policy`` includes ``compact``) is split by its cleaner checkpoint
 (``cleaner-offset-checkpoint``: the first dirty offset) into a clean head and a dirty tail.
-One cleaning pass (kafka-format.md §7):
+One cleaning pass:
 
 1. **Range.** ``first_dirty`` is the checkpoint, reset to the log start offset when it lies
    outside ``[log start, LEO]``.  The first uncleanable offset is the smallest of the last
@@ -33,13 +33,17 @@ One cleaning pass (kafka-format.md §7):
 
 The hot loops (walking records, hashing keys, the map, writing batches) are compiled kernels
 over whole chunks; Python steps once per chunk, batch with a producer id, or segment.
-No clock is read: every decision takes ``now``.
+No clock decides anything: every decision takes ``now``.  With
+``log.cleaner.io.max.bytes.per.second`` set, a :class:`Throttler` paces a pass's reads (offset
+map and rewrite) plus writes, sleeping whenever it is ahead of the rate; its clock and sleep are
+the :class:`Cleaner`'s (injectable, so a test can check the pacing without sleeping).
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -66,6 +70,53 @@ from pylog.storage.partition.segment import Located, LogSegment
 
 Progress = Callable[[int], None]
 """Called with the number of bytes just processed."""
+Clock = Callable[[], float]
+"""Seconds on a monotonic scale (``time.monotonic``)."""
+Sleep = Callable[[float], None]
+"""Waits the given number of seconds (``time.sleep``)."""
+
+
+class Throttler:
+    """Kafka's ``Throttler`` for ``log.cleaner.io.max.bytes.per.second``: call it with every
+    number of bytes read or written; it sleeps when they came faster than ``rate`` per second.
+
+    Every ``check_interval_s`` (Kafka: 100 ms) of time, or as soon as the bytes seen since the
+    last check would take that long at the rate, the rate since the last check is compared with
+    the limit and, when above it, the throttler sleeps until it is down to the limit; then a new
+    period starts.  So no period runs faster than the limit, unused time is not banked for a later
+    burst, and a burst between two checks is at most one call's bytes plus ``rate *
+    check_interval_s`` (the check on bytes is pylog's: Kafka checks on time only, so fast I/O
+    runs unchecked for a whole interval).  ``slept_s`` is the total time slept.
+    """
+
+    def __init__(
+        self,
+        rate: float,
+        *,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = time.sleep,
+        check_interval_s: float = 0.1,
+    ):
+        if not rate > 0:
+            raise ValueError(f"rate must be > 0, got {rate!r}")
+        self.rate = float(rate)
+        self.check_interval_s = check_interval_s
+        self.slept_s = 0.0
+        self._clock, self._sleep = clock, sleep
+        self._period_start = clock()
+        self._observed = 0.0
+
+    def __call__(self, n: int) -> None:
+        self._observed += n
+        elapsed = self._clock() - self._period_start
+        due = self._observed / self.rate  # how long these bytes take at the limit
+        if elapsed < self.check_interval_s and due < self.check_interval_s:
+            return
+        if due > elapsed:
+            self._sleep(due - elapsed)
+            self.slept_s += due - elapsed
+        self._period_start = self._clock()
+        self._observed = 0.0
 
 
 # ============================================================================ transactions
@@ -165,6 +216,7 @@ class CleanResult:
     map_records: int = 0
     map_keys: int = 0
     new_segments: list[int] = field(default_factory=list)
+    throttled_s: float = 0.0  # slept to stay within log.cleaner.io.max.bytes.per.second
 
     @property
     def records_removed(self) -> int:
@@ -178,10 +230,14 @@ class CleanResult:
 class Cleaner:
     """Cleans compacted logs; owns the offset map (``log.cleaner.dedupe.buffer.size``) and
     remembers logs found corrupt (``uncleanable``: directory -> reason), as Kafka does until a
-    restart."""
+    restart.  ``clock`` and ``sleep`` pace ``log.cleaner.io.max.bytes.per.second`` (see
+    :class:`Throttler`); they are not used when no limit is set."""
 
-    def __init__(self, config: CleanerConfig | None = None):
+    def __init__(
+        self, config: CleanerConfig | None = None, *, clock: Clock = time.monotonic, sleep: Sleep = time.sleep
+    ):
         self.config = config or CleanerConfig()
+        self.clock, self.sleep = clock, sleep
         self._map: OffsetMap | None = None
         self.uncleanable: dict[str, str] = {}
         self._verified: dict[str, tuple[int, int]] = {}  # segment -> file range checked this pass
@@ -204,7 +260,8 @@ class Cleaner:
     ) -> CleanResult:
         """One cleaning pass over ``log`` from ``first_dirty`` (default: the log start offset;
         out-of-range values are reset).  ``should_stop`` is polled while the offset map is
-        built: answering True ends the map there (a partial pass that still progresses)."""
+        built: answering True ends the map there (a partial pass that still progresses).
+        The pass's reads and writes are throttled to ``log.cleaner.io.max.bytes.per.second``."""
         ltc = log_to_clean(log, first_dirty, now)
         upper = ltc.first_uncleanable_offset
         start = ltc.first_dirty_offset
@@ -212,12 +269,34 @@ class Cleaner:
         if start >= upper:
             return result
         omap = self.offset_map
-        self._build_offset_map(log, start, upper, omap, result, progress, should_stop)
+        throttle = (
+            Throttler(self.config.io_max_bytes_per_second, clock=self.clock, sleep=self.sleep)
+            if self.config.throttled
+            else None
+        )
+        self._clean(log, now, start, upper, omap, result, progress, should_stop, throttle)
+        if throttle is not None:
+            result.throttled_s = throttle.slept_s
+        return result
+
+    def _clean(
+        self,
+        log: Log,
+        now: int,
+        start: int,
+        upper: int,
+        omap: OffsetMap,
+        result: CleanResult,
+        progress: Progress | None,
+        should_stop: Callable[[], bool] | None,
+        throttle: Throttler | None,
+    ) -> None:
+        self._build_offset_map(log, start, upper, omap, result, progress, should_stop, throttle)
         end = omap.latest_offset + 1
         result.end_offset = end
         segments = [s for s in log.segments[:-1] if s.base_offset < end]
         if not segments:
-            return result
+            return
         groups = group_segments_by_size(
             segments, log.config.segment_bytes, log.config.segment_index_bytes, upper
         )
@@ -244,8 +323,7 @@ class Cleaner:
             mapped,
         )
         for group in groups:
-            self._clean_group(log, group, rule, tracker, result, progress, now)
-        return result
+            self._clean_group(log, group, rule, tracker, result, progress, now, throttle)
 
     # ------------------------------------------------------------------ offset map
 
@@ -258,6 +336,7 @@ class Cleaner:
         result: CleanResult,
         progress: Progress | None,
         should_stop: Callable[[], bool] | None,
+        throttle: Throttler | None = None,
     ) -> None:
         omap.clear()
         omap.latest_offset = start - 1
@@ -282,6 +361,8 @@ class Cleaner:
                 result.map_records += put
                 if progress is not None:
                     progress(int(h.size.sum()))
+                if throttle is not None:
+                    throttle(int(h.size.sum()))
                 if put < sel.shape[0]:
                     omap.latest_offset = max(omap.latest_offset, int(sp.offset[sel[put]]) - 1)
                     result.map_full = True
@@ -308,6 +389,7 @@ class Cleaner:
         result: CleanResult,
         progress: Progress | None,
         now: int,
+        throttle: Throttler | None = None,
     ) -> None:
         base = group[0].base_offset
         LogSegment(log.storage, log.directory, base, log.config, suffix=".cleaned").delete()  # leftovers
@@ -331,6 +413,8 @@ class Cleaner:
                     result.batches_retained += len(oh)
                     if progress is not None:
                         progress(int(sp.headers.size.sum()))
+                    if throttle is not None:
+                        throttle(int(sp.headers.size.sum()) + int(out.shape[0]))
             cleaned.on_become_inactive()
         except BaseException:
             cleaned.delete()
@@ -526,6 +610,7 @@ __all__ = [
     "CleanResult",
     "Cleaner",
     "LogToClean",
+    "Throttler",
     "TxnTracker",
     "first_dirty_offset",
     "first_uncleanable_offset",

@@ -8,10 +8,18 @@ budget is spent.  Cleaner checkpoints are read from and written to ``cleaner-off
 at the root of the log's storage after every pass; a root's recovery-point and log-start
 checkpoints are written at the end.
 
+With ``log.cleaner.enable=false`` (``cleaner_config``, or the config of the ``cleaner`` passed)
+compaction does not run, as Kafka's cleaner threads do not start; retention, the removal of
+``.deleted`` files and the merging of small segments still run, and the report says why nothing
+was cleaned (``compaction_skipped``).
+
 The budget is checked between logs and while an offset map is built (a pass that runs out of
 time covers fewer records but still completes and advances its checkpoint); a started segment
 rewrite always completes.  ``now`` decides what is due; the budget is measured with
-``clock`` (default ``time.monotonic``), which never influences what is kept.
+``clock`` (default ``time.monotonic``), which never influences what is kept.  The cleaner's I/O
+throttle (``log.cleaner.io.max.bytes.per.second``) waits with ``sleep`` (default ``time.sleep``)
+on the same ``clock``, so its waits count against the budget; a rewrite started near the end of
+the budget may then outlast it by its bytes divided by the rate.
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ class MaintenanceReport:
     files_deleted: int = 0  # ``.deleted`` segments physically removed (file.delete.delay.ms passed)
     segments_merged: int = 0  # small segments merged away (object stores)
     orphans_deleted: int = 0  # unreferenced objects removed (object stores)
+    compaction_skipped: str = ""  # why compaction did not run on the compacted logs, if it did not
     budget_exhausted: bool = False
     elapsed_s: float = 0.0
 
@@ -67,6 +76,11 @@ class MaintenanceReport:
     def bytes_removed(self) -> int:
         return sum(c.bytes_removed for c in self.cleaning)
 
+    @property
+    def throttled_s(self) -> float:
+        """Time the cleaner slept to stay within ``log.cleaner.io.max.bytes.per.second``."""
+        return sum(c.throttled_s for c in self.cleaning)
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.update(
@@ -74,6 +88,7 @@ class MaintenanceReport:
             bytes_deleted=self.bytes_deleted,
             records_removed=self.records_removed,
             bytes_removed=self.bytes_removed,
+            throttled_s=self.throttled_s,
         )
         return d
 
@@ -89,7 +104,10 @@ class MaintenanceReport:
                 f"{c.directory}: cleaned offsets [{c.first_dirty_offset}, {c.end_offset}) in {c.groups} "
                 f"groups: {c.records_removed} of {c.records_read} records and {c.bytes_removed} of "
                 f"{c.bytes_read} bytes removed{' (offset map full: partial pass)' if c.map_full else ''}"
+                f"{f'; throttled {c.throttled_s:.1f} s' if c.throttled_s else ''}"
             )
+        if self.compaction_skipped:
+            lines.append(f"compaction not run: {self.compaction_skipped}")
         for d, e in self.uncleanable.items():
             lines.append(f"{d}: uncleanable: {e}")
         if self.segments_merged:
@@ -131,6 +149,7 @@ def maintain(
     cleaner_config: CleanerConfig | None = None,
     progress: ProgressFn | None = None,
     clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> MaintenanceReport:
     """Run retention and compaction where due on ``target`` (a log, or a root's logs, limited
     to ``topics`` or ``partitions``) at time ``now`` (ms).
@@ -138,10 +157,13 @@ def maintain(
     ``force`` cleans every compacted log with dirty data, whatever its dirty ratio.
     ``high_watermarks`` bounds retention per partition (see :func:`retention.retain`).
     ``cleaner`` may be reused across calls: it keeps the offset map's memory and the logs
-    found uncleanable.  Returns a :class:`MaintenanceReport`."""
+    found uncleanable; without one, a cleaner is made from ``cleaner_config`` (default:
+    Kafka's), pacing its I/O with ``clock`` and ``sleep``.  ``compaction=False``, or
+    ``log.cleaner.enable=false`` in the cleaner's config, leaves compaction out.
+    Returns a :class:`MaintenanceReport`."""
     run = functools.partial(
         _maintain, target, now, budget_s, retention, compaction, force, topics, partitions,
-        high_watermarks, cleaner, cleaner_config, progress, clock,
+        high_watermarks, cleaner, cleaner_config, progress, clock, sleep,
     )  # fmt: skip
     if not (isinstance(target, Root) and target.transactional):
         return run()
@@ -180,10 +202,11 @@ def _maintain(
     cleaner_config: CleanerConfig | None,
     progress: ProgressFn | None,
     clock: Callable[[], float],
+    sleep: Callable[[float], None],
 ) -> MaintenanceReport:
     t0 = clock()
     report = MaintenanceReport(now)
-    cleaner = cleaner or Cleaner(cleaner_config)
+    cleaner = cleaner or Cleaner(cleaner_config, clock=clock, sleep=sleep)
 
     def out_of_time() -> bool:
         if budget_s is not None and clock() - t0 >= budget_s:
@@ -200,7 +223,10 @@ def _maintain(
             if r.segments_deleted:
                 report.retention.append(r)
     if compaction and logs:
-        _compact(logs, report, cleaner, now, force, progress, out_of_time)
+        if cleaner.config.enable:
+            _compact(logs, report, cleaner, now, force, progress, out_of_time)
+        elif any(lg.config.compact for _, lg in logs):
+            report.compaction_skipped = "log.cleaner.enable=false"
     if isinstance(target, Root) and target.transactional:
         for _, lg in logs:
             if out_of_time():

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 
 from pylog.storage.backends.fs import Storage
 from pylog.storage.config import INT32_MAX, INT64_MAX, INT64_MIN, validate_topic_name
-from pylog.storage.errors import ConfigError, CorruptCheckpointError, InvalidOffsetError
+from pylog.storage.errors import ConfigError, CorruptCheckpointError, InvalidOffsetError, StorageError
 
 __all__ = [
     "CLEANER_OFFSET",
@@ -180,7 +180,14 @@ def write_offsets(storage: Storage, path: str, entries: Mapping[tuple[str, int],
 
 
 def read_offsets(storage: Storage, path: str) -> dict[tuple[str, int], int]:
-    """The entries of the checkpoint at ``path``; a missing file is an empty map."""
-    if not storage.exists(path):
-        return {}
-    return parse_offsets(storage.read(path), path=path)
+    """The entries of the checkpoint at ``path``; a missing file is an empty map.  An I/O error
+    raises :class:`StorageError` naming the file."""
+    try:
+        if not storage.exists(path):
+            return {}
+        data = storage.read(path)
+    except OSError as e:
+        raise StorageError(
+            f"{storage.describe()}/{path}: cannot read the checkpoint: {e.strerror or e} (errno {e.errno})"
+        ) from e
+    return parse_offsets(data, path=path)

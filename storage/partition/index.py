@@ -24,19 +24,37 @@ exactly their entries, which is what Kafka expects of inactive segments (a trail
 entry is ignored on read and reported by ``sanity_check``; the first append cuts it off).
 Lookups are ``np.searchsorted`` over the in-memory arrays, which grow by doubling.
 
+Sanity checks (Kafka's ``OffsetIndex``/``TimeIndex``/``TransactionIndex.sanityCheck``, and
+more): whole entries only, offsets at or above the base offset and below the next segment's,
+entries ascending, offset-index positions within the ``.log``.  They are vectorized over the
+entries; :meth:`_IndexFile.check_entries` is what a segment runs on every index it loads
+(through ``validator``), :meth:`sanity_check` adds the whole-entries rule for writers and tools.
+An index whose entries fail the segment's validator is *rejected*: its entries are dropped in
+memory (lookups then return the start of the segment, so readers scan the ``.log``), the file
+is left as it is, and ``rejected`` says why; a writer's loader rebuilds it.
+
+I/O errors (a full or failing disk) raise ``OSError`` with the index file's path as
+``filename`` (the OS names no file for a failed ``write(2)``); a short write is one too.
+
 ``.index`` and ``.timeindex`` files are created on the first append (or :meth:`create`);
 ``.txnindex`` only when an aborted transaction is appended, as Kafka does.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import logging
 import struct
+from collections.abc import Callable, Iterator
 from typing import ClassVar, NamedTuple
 
 import numpy as np
 
 from pylog.storage.backends.fs import AppendFile, Storage
 from pylog.storage.errors import CorruptIndexError, IndexFullError, InvalidOffsetError
+
+log = logging.getLogger("pylog.storage")
 
 OFFSET_ENTRY = struct.Struct(">ii")  # relativeOffset, position
 TIME_ENTRY = struct.Struct(">qi")  # timestamp, relativeOffset
@@ -53,6 +71,27 @@ _TXN_DTYPE = np.dtype([("version", ">i2"), ("pid", ">i8"), ("first", ">i8"), ("l
 assert _OFFSET_DTYPE.itemsize == OFFSET_ENTRY.size
 assert _TIME_DTYPE.itemsize == TIME_ENTRY.size
 assert _TXN_DTYPE.itemsize == TXN_ENTRY.size
+
+
+@contextlib.contextmanager
+def naming_os_errors(path: str) -> Iterator[None]:
+    """Re-raise an ``OSError`` without a file name (``write``/``fsync``/``pread`` on a
+    descriptor) as one naming ``path``, so that callers can say which file failed."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is not None:
+            raise
+        raise OSError(e.errno, e.strerror or str(e), path) from e
+
+
+def check_written(path: str, written: int | None, wanted: int) -> None:
+    """Raise ``ENOSPC`` naming ``path`` for a short write (``write(2)`` on a disk that filled up
+    stores a prefix and returns its length)."""
+    if written is not None and written != wanted:
+        raise OSError(
+            errno.ENOSPC, f"{wanted - written} of {wanted} bytes not written (is the disk full?)", path
+        )
 
 
 class TxnEntries(NamedTuple):
@@ -85,13 +124,19 @@ class _IndexFile:
         self._loaded = False
         self._file_bytes = 0  # length of the file as last read or written
         self._appender: AppendFile | None = None
+        self.validator: Callable[[], None] | None = None
+        """Run once the file is loaded (set by the segment): raises CorruptIndexError for
+        entries that do not fit the segment, and the index is then rejected."""
+        self.rejected: CorruptIndexError | None = None
+        """Why the entries read from the file were dropped (None: they were not)."""
 
     # ---------------------------------------------------------------- loading and growth
 
     def _load(self) -> None:
         if self._loaded:
             return
-        data = self.storage.read(self.path) if self.storage.exists(self.path) else b""
+        with naming_os_errors(self.path):
+            data = self.storage.read(self.path) if self.storage.exists(self.path) else b""
         n = len(data) // self.ENTRY_SIZE
         raw = np.frombuffer(data, dtype=self._DTYPE, count=n)
         cols = self._from_raw(raw)
@@ -102,6 +147,13 @@ class _IndexFile:
         self._n = n
         self._file_bytes = len(data)
         self._loaded = True
+        if self.validator is not None and n:
+            try:
+                self.validator()
+            except CorruptIndexError as e:
+                self.rejected = e
+                self._n = 0  # never trusted again: lookups fall back to the start of the segment
+                log.warning("ignoring a damaged index, the segment is scanned instead: %s", e)
 
     def _from_raw(self, raw: np.ndarray) -> list[np.ndarray]:
         raise NotImplementedError
@@ -126,27 +178,32 @@ class _IndexFile:
     def _open_appender(self) -> AppendFile:
         self._load()
         if self._appender is None:
-            self._appender = self.storage.open_append(self.path)
-            if self._appender.size() != self._n * self.ENTRY_SIZE:
-                # a partial trailing entry (or bytes written behind our back): keep whole entries
-                self._appender.truncate(self._n * self.ENTRY_SIZE)
-            self._file_bytes = self._appender.size()
+            with naming_os_errors(self.path):
+                appender = self.storage.open_append(self.path)
+                if appender.size() != self._n * self.ENTRY_SIZE:
+                    # a partial trailing entry (or bytes written behind our back): keep whole entries
+                    appender.truncate(self._n * self.ENTRY_SIZE)
+            self._appender = appender
+            self._file_bytes = appender.size()
         return self._appender
 
     def _write(self, entry: bytes) -> None:
         appender = self._open_appender()
-        appender.write(entry)
-        self._file_bytes = appender.size()
+        with naming_os_errors(self.path):
+            written = appender.write(entry)
+            self._file_bytes = appender.size()
+            check_written(self.path, written, len(entry))
 
     def _truncate_entries(self, n: int) -> None:
         """Keep the first ``n`` entries, in memory and on disk."""
         self._load()
         n = max(0, min(n, self._n))
         size = n * self.ENTRY_SIZE
-        if self._appender is not None:
-            self._appender.truncate(size)
-        elif self._file_bytes != size and self.storage.exists(self.path):
-            self.storage.truncate(self.path, size)
+        with naming_os_errors(self.path):
+            if self._appender is not None:
+                self._appender.truncate(size)
+            elif self._file_bytes != size and self.storage.exists(self.path):
+                self.storage.truncate(self.path, size)
         self._file_bytes = size
         self._n = n
 
@@ -163,11 +220,13 @@ class _IndexFile:
     def reset(self) -> None:
         """Drop every entry and empty the file (a missing file stays missing)."""
         self._truncate_entries(0)
+        self.rejected = None
 
     def flush(self) -> None:
         """fsync the file if it is open for appending."""
         if self._appender is not None:
-            self._appender.fsync()
+            with naming_os_errors(self.path):
+                self._appender.fsync()
 
     def close(self) -> None:
         """Close the append handle; the entries stay readable."""
@@ -177,17 +236,20 @@ class _IndexFile:
 
     def delete(self) -> None:
         self.close()
-        self.storage.delete(self.path)
+        with naming_os_errors(self.path):
+            self.storage.delete(self.path)
         self._n = 0
         self._file_bytes = 0
         self._loaded = True
+        self.rejected = None
 
     def rename(self, new_path: str) -> None:
         """Rename the file (suffix changes ``.cleaned``/``.swap``/``.deleted``); a missing
         file just takes the new name."""
         self.close()
-        if self.storage.exists(self.path):
-            self.storage.rename(self.path, new_path)
+        with naming_os_errors(self.path):
+            if self.storage.exists(self.path):
+                self.storage.rename(self.path, new_path)
         self.path = new_path
 
     def exists(self) -> bool:
@@ -214,6 +276,49 @@ class _IndexFile:
 
     def _corrupt(self, message: str) -> CorruptIndexError:
         return CorruptIndexError(message, path=self.path)
+
+    def _check_whole_entries(self, what: str) -> None:
+        if self._partial_bytes():
+            raise self._corrupt(
+                f"{what} file is corrupt, found {self._file_bytes} bytes which is neither positive "
+                f"nor a multiple of {self.ENTRY_SIZE}"
+            )
+
+    def _check_ascending(self, values: np.ndarray, what: str, *, strict: bool) -> None:
+        """Raise unless ``values`` ascend (strictly with ``strict``), naming the first entry out
+        of order (0-based, as ``pylog dump`` numbers them)."""
+        if values.shape[0] < 2:
+            return
+        step = np.diff(values)
+        bad = np.nonzero(step <= 0 if strict else step < 0)[0]
+        if bad.size:
+            i = int(bad[0]) + 1
+            raise self._corrupt(
+                f"entry {i} has {what} {int(values[i])}, {'not above' if strict else 'below'} the "
+                f"{int(values[i - 1])} of entry {i - 1} (entries must be in ascending order)"
+            )
+
+    def _check_offset_range(self, offsets: np.ndarray, end_offset: int | None, what: str) -> None:
+        """Offsets must be in [base offset, ``end_offset``) (the next segment's base offset)."""
+        if offsets.shape[0] == 0:
+            return
+        low = int(offsets.min())
+        if low < self.base_offset:
+            i = int(np.argmin(offsets))
+            raise self._corrupt(
+                f"entry {i} has {what} {low}, below the base offset {self.base_offset} of the segment"
+            )
+        if end_offset is not None and int(offsets.max()) >= end_offset:
+            i = int(np.argmax(offsets))
+            raise self._corrupt(
+                f"entry {i} has {what} {int(offsets[i])}, at or beyond {end_offset} where the next "
+                f"segment starts"
+            )
+
+    def check_entries(self, *, log_size: int | None = None, end_offset: int | None = None) -> None:
+        """Raise CorruptIndexError unless the entries fit a segment whose ``.log`` holds
+        ``log_size`` bytes and whose offsets are below ``end_offset`` (None: unknown)."""
+        raise NotImplementedError
 
     def __repr__(self) -> str:
         n = self._n if self._loaded else "?"
@@ -274,10 +379,13 @@ class OffsetIndex(_SparseIndex):
         self._write(OFFSET_ENTRY.pack(rel, position))
         self._push(offset, position)
 
-    def lookup(self, target: int) -> tuple[int, int]:
-        """The entry with the largest offset <= ``target``, else ``(base_offset, 0)``."""
+    def lookup(self, target: int, *, max_position: int | None = None) -> tuple[int, int]:
+        """The entry with the largest offset <= ``target`` (and a position below
+        ``max_position``, if given), else ``(base_offset, 0)``."""
         offs = self._col(0)
         slot = int(np.searchsorted(offs, target, side="right")) - 1
+        if max_position is not None:
+            slot = min(slot, int(np.searchsorted(self._col(1), max_position, side="left")) - 1)
         if slot < 0:
             return self.base_offset, 0
         return int(offs[slot]), int(self._cols[1][slot])
@@ -310,18 +418,33 @@ class OffsetIndex(_SparseIndex):
         """Remove every entry whose offset is >= ``offset``."""
         self._truncate_entries(int(np.searchsorted(self._col(0), offset, side="left")))
 
-    def sanity_check(self) -> None:
-        """Kafka's ``OffsetIndex.sanityCheck``: raise CorruptIndexError if the last offset is
-        below the base offset or the file is not a whole number of entries."""
+    def sanity_check(self, *, log_size: int | None = None, end_offset: int | None = None) -> None:
+        """Kafka's ``OffsetIndex.sanityCheck`` (the last offset at or above the base offset, a
+        whole number of entries), then :meth:`check_entries`."""
         if len(self) and self.last_offset < self.base_offset:
             raise self._corrupt(
                 f"Corrupt index found, index file has non-zero size but the last offset is "
                 f"{self.last_offset} which is less than the base offset {self.base_offset}"
             )
-        if self._partial_bytes():
+        self._check_whole_entries("Index")
+        self.check_entries(log_size=log_size, end_offset=end_offset)
+
+    def check_entries(self, *, log_size: int | None = None, end_offset: int | None = None) -> None:
+        """Offsets strictly ascending within [base offset, ``end_offset``), positions strictly
+        ascending within [0, ``log_size``)."""
+        offs, pos = self._col(0), self._col(1)
+        if offs.shape[0] == 0:
+            return
+        self._check_offset_range(offs, end_offset, "offset")
+        self._check_ascending(offs, "offset", strict=True)
+        if int(pos[0]) < 0:
+            raise self._corrupt(f"entry 0 has position {int(pos[0])}, below 0")
+        self._check_ascending(pos, "position", strict=True)
+        if log_size is not None and int(pos[-1]) >= log_size:
+            i = int(np.argmax(pos >= log_size))
             raise self._corrupt(
-                f"Index file is corrupt, found {self._file_bytes} bytes which is neither positive "
-                f"nor a multiple of {self.ENTRY_SIZE}"
+                f"entry {i} (offset {int(offs[i])}) points at byte {int(pos[i])}, beyond the "
+                f"{log_size} bytes of the segment"
             )
 
 
@@ -401,9 +524,10 @@ class TimeIndex(_SparseIndex):
         """Remove every entry whose offset is >= ``offset``."""
         self._truncate_entries(int(np.searchsorted(self._col(1), offset, side="left")))
 
-    def sanity_check(self) -> None:
-        """Kafka's ``TimeIndex.sanityCheck``: last timestamp below the first, last offset below
-        the base offset, or a file that is not a whole number of entries."""
+    def sanity_check(self, *, log_size: int | None = None, end_offset: int | None = None) -> None:
+        """Kafka's ``TimeIndex.sanityCheck`` (last timestamp below the first, last offset below
+        the base offset, a file that is not a whole number of entries), then
+        :meth:`check_entries`."""
         ts, offs = self._col(0), self._col(1)
         if ts.shape[0] and ts[-1] < ts[0]:
             raise self._corrupt(
@@ -415,11 +539,17 @@ class TimeIndex(_SparseIndex):
                 f"Corrupt time index found, time index file has non-zero size but the last offset "
                 f"is {int(offs[-1])} which is less than the first offset {self.base_offset}"
             )
-        if self._partial_bytes():
-            raise self._corrupt(
-                f"Time index file is corrupt, found {self._file_bytes} bytes which is neither "
-                f"positive nor a multiple of {self.ENTRY_SIZE}"
-            )
+        self._check_whole_entries("Time index")
+        self.check_entries(log_size=log_size, end_offset=end_offset)
+
+    def check_entries(self, *, log_size: int | None = None, end_offset: int | None = None) -> None:
+        """Timestamps and offsets ascending (offsets within [base offset, ``end_offset``))."""
+        ts, offs = self._col(0), self._col(1)
+        if ts.shape[0] == 0:
+            return
+        self._check_offset_range(offs, end_offset, "offset")
+        self._check_ascending(ts, "timestamp", strict=False)
+        self._check_ascending(offs, "offset", strict=False)
 
 
 class TxnIndex(_IndexFile):
@@ -459,9 +589,9 @@ class TxnIndex(_IndexFile):
         hit = self._col(3) >= offset
         self._truncate_entries(int(np.argmax(hit)) if hit.any() else self._n)
 
-    def sanity_check(self) -> None:
-        """Kafka's ``TransactionIndex.sanityCheck`` (every lastOffset >= base offset), plus a
-        check for a trailing partial entry (which Kafka silently ignores)."""
+    def sanity_check(self, *, log_size: int | None = None, end_offset: int | None = None) -> None:
+        """Kafka's ``TransactionIndex.sanityCheck`` (every lastOffset >= base offset), a check
+        for a trailing partial entry (which Kafka silently ignores), then :meth:`check_entries`."""
         last = self._col(3)
         bad = np.nonzero(last < self.base_offset)[0]
         if bad.size:
@@ -478,6 +608,20 @@ class TxnIndex(_IndexFile):
                 f"Transaction index file is corrupt, found {self._file_bytes} bytes which is not a "
                 f"multiple of {self.ENTRY_SIZE} (a partial entry of {partial} bytes at the end)"
             )
+        self.check_entries(log_size=log_size, end_offset=end_offset)
+
+    def check_entries(self, *, log_size: int | None = None, end_offset: int | None = None) -> None:
+        """Last offsets (those of the ABORT markers, in this segment) strictly ascending within
+        [base offset, ``end_offset``), each transaction's first offset at or below its last."""
+        first, last = self._col(2), self._col(3)
+        if last.shape[0] == 0:
+            return
+        self._check_offset_range(last, end_offset, "lastOffset")
+        self._check_ascending(last, "lastOffset", strict=True)
+        bad = np.nonzero(first > last)[0]
+        if bad.size:
+            i = int(bad[0])
+            raise self._corrupt(f"entry {i} has firstOffset {int(first[i])} above its lastOffset {int(last[i])}")
 
 
 __all__ = [

@@ -4,15 +4,26 @@
    base offset belong to an interrupted replacement and are removed with every ``*.cleaned``;
    the remaining swaps are completed (the segments they replace are removed, the suffix is
    dropped).
-2. Index files without a ``.log`` are removed; a segment whose offset index is missing or
-   fails its sanity check has its indexes rebuilt.
+2. Index files without a ``.log`` are removed; every segment's indexes are sanity-checked
+   (whole entries, ascending, offsets within the segment, positions within its ``.log``, the
+   last offset-index entry pointing at a batch; see :mod:`index`), and a segment whose offset
+   or time index is missing or fails has its indexes rebuilt.
 3. After an unclean shutdown every segment from the one holding the recovery point on is
    recovered: CRCs and offsets checked batch by batch, indexes rebuilt, the log truncated at
-   the first invalid byte, and every later segment deleted.  What was lost is reported.
+   the first invalid byte, and every later segment deleted (before the truncation, so that an
+   interrupted recovery finds the same damage again).  After a clean shutdown only the tail of
+   the active segment is checked (from its last index entry: cheap); a damaged one is recovered
+   the same way before anything is appended behind it.  What was found and lost is reported.
 4. A log whose end is below the log start offset is emptied and restarted there.
 
+Only content proven invalid (a bad CRC, size or offset) is ever truncated.  An I/O error (a full
+disk, a failing one: any ``OSError``) stops the load with a :class:`StorageError` naming the
+file; nothing is truncated or deleted because of it, and loading again once the fault is gone
+recovers the same data.
+
 Read-only loading (a reader beside a live writer) changes nothing on disk: it skips steps that
-modify files and trusts what it finds, ignoring torn tails.
+modify files, ignores torn tails and scans the ``.log`` instead of using an index that fails
+its checks.
 """
 
 from __future__ import annotations
@@ -24,7 +35,7 @@ from typing import Any
 
 from pylog.storage.backends.fs import Storage, join
 from pylog.storage.config import LogConfig
-from pylog.storage.errors import CorruptIndexError, CorruptRecordError
+from pylog.storage.errors import StorageError
 from pylog.storage.partition.log import Log, now_ms
 from pylog.storage.partition.segment import LogSegment
 
@@ -49,6 +60,7 @@ class Recovery:
     deleted_segments: list[str] = field(default_factory=list)
     deleted_bytes: int = 0
     unpublished_bytes: int = 0  # past the high watermark: written by a publish that never completed
+    problems: list[str] = field(default_factory=list)  # the damage found, naming file and byte
 
     @property
     def lost_bytes(self) -> int:
@@ -90,6 +102,32 @@ def load_log(
     had_clean_shutdown: bool = False,
     read_only: bool = False,
 ) -> LoadResult:
+    """Load (a writer: and recover) the log in ``directory``; see the module docstring.
+
+    Raises :class:`StorageError` naming the file for an I/O error."""
+    try:
+        return _load_log(
+            storage, directory, config, recovery_point, log_start_offset, had_clean_shutdown, read_only
+        )
+    except OSError as e:
+        where = e.filename if e.filename is not None else directory
+        mode = "reading" if read_only else "loading and recovering"
+        raise StorageError(
+            f"{where}: {e.strerror or e} (errno {e.errno}) while {mode} the log in {directory}; "
+            "nothing was truncated or deleted because of it: fix the cause (free space, check the "
+            "disk) and open it again"
+        ) from e
+
+
+def _load_log(
+    storage: Storage,
+    directory: str,
+    config: LogConfig,
+    recovery_point: int,
+    log_start_offset: int,
+    had_clean_shutdown: bool,
+    read_only: bool,
+) -> LoadResult:
     rec = Recovery(directory)
     if not read_only:
         if not storage.isdir(directory):
@@ -105,14 +143,26 @@ def load_log(
             if p and not p[2] and p[1] in ("index", "timeindex", "txnindex") and p[0] not in logs:
                 storage.delete(join(directory, n))
                 rec.removed_files.append(n)
-    segments = [LogSegment(storage, directory, base, config) for base in logs]
+    nexts = [*logs[1:], None]
+    segments = [LogSegment(storage, directory, b, config, next_base_offset=n) for b, n in zip(logs, nexts)]
     if read_only:
         segments = _with_pending_swaps(storage, directory, config, names, segments)
     else:
-        for seg in segments:
-            _sanity_check_or_rebuild(seg, rec)
+        # after an unclean shutdown, the segment holding the recovery point and all later ones
+        # are recovered (their indexes rebuilt); the others' indexes are checked
+        bases = [s.base_offset for s in segments]
+        first = len(segments)
         if not had_clean_shutdown and segments:
-            _recover_from(segments, recovery_point, storage, directory, rec)
+            first = max((i for i, b in enumerate(bases) if b <= recovery_point), default=0)
+        for seg in segments[:first]:
+            _sanity_check_or_rebuild(seg, rec)
+        if first < len(segments):
+            _recover_from(segments, first, storage, directory, rec)
+        elif segments and segments[-1].log_path not in rec.rebuilt_indexes:
+            problem = segments[-1].tail_problem()
+            if problem is not None:  # damage after a clean shutdown: recover the active segment
+                rec.problems.append(problem)
+                _recover_from(segments, len(segments) - 1, storage, directory, rec)
     if not segments:
         segments = [LogSegment(storage, directory, log_start_offset, config, created_ms=now_ms())]
         if not read_only:
@@ -205,43 +255,46 @@ def _with_pending_swaps(
 
 
 def _sanity_check_or_rebuild(seg: LogSegment, rec: Recovery) -> None:
-    try:
-        if not seg.storage.exists(seg.offset_index.path):
-            raise CorruptIndexError("offset index is missing", path=seg.offset_index.path)
-        seg.offset_index.sanity_check()
-        seg.time_index.sanity_check()
-        seg.txn_index.sanity_check()
-    except CorruptIndexError as e:
-        log.info("rebuilding indexes of %s: %s", seg.log_path, e)
-        truncated = seg.recover()
-        rec.rebuilt_indexes.append(seg.log_path)
-        if truncated:
-            rec.truncated_file = seg.log_path
-            rec.truncated_bytes += truncated
+    missing, damaged = seg.missing_indexes(), seg.index_problems()
+    if not missing and not damaged:
+        return
+    if damaged:  # reported; a missing index is routine (a crash before it was created)
+        log.warning("rebuilding the indexes of %s: %s", seg.log_path, "; ".join(damaged))
+        rec.problems.extend(damaged)
+    else:
+        log.info("rebuilding the indexes of %s: missing %s", seg.log_path, ", ".join(missing))
+    truncated = seg.recover()
+    rec.rebuilt_indexes.append(seg.log_path)
+    if truncated:
+        rec.truncated_file = seg.log_path
+        rec.truncated_bytes += truncated
 
 
-def _recover_from(
-    segments: list[LogSegment], recovery_point: int, storage: Storage, directory: str, rec: Recovery
-) -> None:
-    bases = [s.base_offset for s in segments]
-    first = max((i for i, b in enumerate(bases) if b <= recovery_point), default=0)
+def _recover_from(segments: list[LogSegment], first: int, storage: Storage, directory: str, rec: Recovery) -> None:
+    """Recover ``segments[first:]``; at the first invalid byte, delete the later segments and
+    truncate (deletions first: a load interrupted between them finds the same damage again)."""
     i = first
     while i < len(segments):
         seg = segments[i]
-        try:
-            truncated = seg.recover()
-        except (CorruptRecordError, OSError) as e:  # pragma: no cover - recover() catches corruption
-            log.warning("recovery of %s failed (%s); emptying the segment", seg.log_path, e)
-            truncated = seg.truncate_to(seg.base_offset)
-        rec.recovered_segments.append(seg.log_path)
-        if truncated:
+        # an I/O error propagates (the caller names the file); only proven-invalid bytes are cut
+        invalid = seg.recover(truncate=False)
+        if seg.log_path not in rec.recovered_segments:
+            rec.recovered_segments.append(seg.log_path)
+        if invalid:
+            valid = seg.size - invalid
+            rec.problems.append(f"{seg.log_path}: invalid content from byte {valid} on ({invalid} bytes)")
+            # later segments first, newest first: a load interrupted here finds the same damage
+            later = segments[i + 1 :]
+            for s in reversed(later):
+                s.delete()
+                rec.deleted_segments.insert(0, s.log_path)
+                rec.deleted_bytes += s.size
+                segments.remove(s)
+            if later:
+                storage.fsync_dir(directory)
+            seg.cut(valid)
             rec.truncated_file = seg.log_path
-            rec.truncated_bytes += truncated
-            for later in segments[i + 1 :]:
-                rec.deleted_segments.append(later.log_path)
-                rec.deleted_bytes += later.size
-                later.delete()
-            del segments[i + 1 :]
+            rec.truncated_bytes += invalid
             break
         i += 1
     storage.fsync_dir(directory)

@@ -346,7 +346,7 @@ class Log:
             for seg in self.segments[seg_i:]:
                 # read no further than the index says offsets below ``end`` can be (a few records
                 # of a large segment on an object store cost one small ranged GET)
-                got = seg.read(offset, max_bytes, max_position=seg.offset_index.upper_position(end))
+                got = seg.read(offset, max_bytes, max_position=seg.upper_position(end))
                 if got is not None:
                     pos, data = got
                     break

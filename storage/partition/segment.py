@@ -10,10 +10,21 @@ written since the last entry, exactly as Kafka's recovery rebuilds them, so that
 
 Files always hold exactly their entries (no preallocation), which is what Kafka requires of
 inactive segments and accepts for the active one.
+
+Damaged indexes are never trusted to skip rows: every index is checked when it is loaded (see
+:mod:`index`; for the offset index also that its last entry points at a batch holding no
+offset above it), and each index-guided scan checks that the entry it starts from points at a
+batch starting at or below the entry's offset.  An index failing either is ignored: the
+segment is scanned from its start, and the writer's loader rebuilds it.
+
+I/O errors raise ``OSError`` naming the file (see :func:`index.naming_os_errors`), and a
+write that stores fewer bytes than asked is one (``ENOSPC``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -22,11 +33,22 @@ import numpy as np
 from pylog.storage.backends.fs import AppendFile, Storage, join
 from pylog.storage.codec import batch as B
 from pylog.storage.config import LogConfig
-from pylog.storage.errors import CorruptRecordError, InvalidOffsetError
-from pylog.storage.partition.index import OffsetIndex, TimeIndex, TxnIndex
+from pylog.storage.errors import CorruptIndexError, CorruptRecordError, InvalidOffsetError, PylogError
+from pylog.storage.partition.index import (
+    OffsetIndex,
+    TimeIndex,
+    TxnIndex,
+    check_written,
+    naming_os_errors,
+)
+
+log = logging.getLogger("pylog.storage")
 
 READ_CHUNK = 8 << 20
 INT32_MAX = 2**31 - 1
+MAX_OFFSET = 2**63 - 1
+_MIN_BATCH_LENGTH = (14, 22, 49)  # smallest size field of an entry, by magic (header after it)
+_BATCH_PREFIX = 27  # bytes of a v2 header up to and including lastOffsetDelta
 
 
 def segment_name(base_offset: int) -> str:
@@ -54,6 +76,7 @@ class LogSegment:
         *,
         suffix: str = "",
         created_ms: int = 0,
+        next_base_offset: int | None = None,
     ):
         self.storage = storage
         self.directory = directory
@@ -70,7 +93,13 @@ class LogSegment:
             storage, f"{stem}.timeindex{suffix}", base_offset, max_index_bytes=config.segment_index_bytes
         )
         self.txn_index = TxnIndex(storage, f"{stem}.txnindex{suffix}", base_offset)
-        self._size = storage.size(self.log_path) if storage.exists(self.log_path) else 0
+        self.next_base_offset = next_base_offset
+        """Base offset of the next segment, when known: the indexes hold no offset at or above it."""
+        with naming_os_errors(self.log_path):
+            self._size = storage.size(self.log_path) if storage.exists(self.log_path) else 0
+        self._index_trusted = True  # False once an index-guided scan found a wrong entry
+        self.offset_index.validator = self._validate_offset_index
+        self.time_index.validator = self._validate_time_index
         self._file: AppendFile | None = None
         self.bytes_since_last_index_entry = 0
         ts, off = self.time_index.last_entry
@@ -91,7 +120,8 @@ class LogSegment:
     def open_for_append(self) -> None:
         """Open the ``.log`` for appending, creating it and its (empty) indexes as Kafka does."""
         if self._file is None:
-            self._file = self.storage.open_append(self.log_path)
+            with naming_os_errors(self.log_path):
+                self._file = self.storage.open_append(self.log_path)
             self._size = self._file.size()
             self.offset_index.create()
             self.time_index.create()
@@ -121,7 +151,9 @@ class LogSegment:
         self.open_for_append()
         assert self._file is not None
         start = self._size
-        self._file.write(data if not isinstance(data, np.ndarray) else data.data)
+        view = memoryview(data if not isinstance(data, np.ndarray) else data.data)
+        with naming_os_errors(self.log_path):
+            check_written(self.log_path, self._file.write(view), view.nbytes)
         if self.rolling_based_timestamp is None and self._size == 0:
             self.rolling_based_timestamp = int(headers.max_timestamp[0])
         self._size += int(headers.size.sum())
@@ -161,7 +193,8 @@ class LogSegment:
         pos = start_position
         while pos < end:
             want = min(end, pos + chunk)
-            raw = self.storage.read(self.log_path, pos, want)
+            with naming_os_errors(self.log_path):
+                raw = self.storage.read(self.log_path, pos, want)
             data = B.as_uint8(raw)
             scan = B.scan_entries(data, path=self.log_path, base_position=pos, raise_on_corrupt=False)
             if scan.end == 0 and scan.error is not None:
@@ -194,9 +227,169 @@ class LogSegment:
 
     def position_of(self, offset: int) -> int | None:
         """Position of the first batch holding an offset >= ``offset`` (index-guided)."""
-        _, pos = self.offset_index.lookup(offset)
-        found = self.translate_offset(offset, pos)
-        return None if found is None else found[0]
+        for loc in self._batches_for(offset):
+            hit = np.nonzero(loc.headers.last_offset >= offset)[0]
+            if hit.size:
+                return int(loc.headers.position[int(hit[0])])
+        return None
+
+    # ------------------------------------------------------------------ index checks
+
+    def _index_start(self, offset: int, end_position: int | None = None) -> tuple[int, int]:
+        """(offset, position) of the offset-index entry to scan from for ``offset``: the last
+        one at or below it whose position is below ``end_position`` (default: the segment's
+        size); ``(base_offset, 0)`` when the index is not trusted."""
+        if not self._index_trusted:
+            return self.base_offset, 0
+        limit = self._size if end_position is None else min(end_position, self._size)
+        return self.offset_index.lookup(offset, max_position=limit)
+
+    def _batches_for(
+        self, offset: int, *, end_position: int | None = None, chunk: int = READ_CHUNK
+    ) -> Iterator[Located]:
+        """Batches from the one the offset index gives for ``offset`` on (up to
+        ``end_position``).  The entry must point at a batch whose offsets start at or below its
+        own (else batches holding ``offset`` could lie before it): if it does not, the index is
+        distrusted and the whole segment is scanned from its start."""
+        entry, start = self._index_start(offset, end_position)
+        if start == 0:
+            yield from self.iter_batches(0, end_position=end_position, chunk=chunk)
+            return
+        batches = self.iter_batches(start, end_position=end_position, chunk=chunk)
+        try:
+            first = next(batches, None)
+            why = "no complete batch starts" if first is None else ""
+        except CorruptRecordError as e:
+            if e.position != start:
+                raise
+            first, why = None, f"no valid batch starts ({e.reason})"
+        if first is not None:
+            base = int(first.headers.base_offset[0])
+            if base <= entry:
+                yield first
+                yield from batches
+                return
+            why = f"the batch starts at offset {base}"
+        self._distrust_index(f"its entry for offset {entry} points at byte {start}, where {why}")
+        # (``end_position`` may come from the same index: scan to the end of the segment)
+        yield from self.iter_batches(0, chunk=chunk)
+
+    def _distrust_index(self, why: str) -> None:
+        if self._index_trusted:
+            log.warning("%s: ignoring the offset index %s: %s", self.log_path, self.offset_index.path, why)
+            self._index_trusted = False
+
+    def upper_position(self, end: int) -> int | None:
+        """:meth:`OffsetIndex.upper_position`, or None (the end) when the index is not trusted."""
+        return self.offset_index.upper_position(end) if self._index_trusted else None
+
+    def _batch_problem(self, position: int, offset: int, size: int) -> str | None:
+        """Why no batch whose offsets end at or below ``offset`` starts at ``position`` (None:
+        one does).  Reads the 27 bytes of its header up to its lastOffsetDelta."""
+        with naming_os_errors(self.log_path):
+            raw = self.storage.read(self.log_path, position, min(size, position + _BATCH_PREFIX))
+        if len(raw) < 17:
+            return f"fewer than the 17 bytes of a batch header at byte {position} of {size}"
+        first = int.from_bytes(raw[0:8], "big", signed=True)
+        length = int.from_bytes(raw[8:12], "big", signed=True)
+        magic = raw[16]
+        if magic > 2 or length < _MIN_BATCH_LENGTH[magic] or position + 12 + length > size:
+            return f"no batch starts at byte {position} (magic {magic}, size field {length}, file size {size})"
+        last = first  # a legacy entry's offset is its last offset
+        if magic == 2:
+            if len(raw) < _BATCH_PREFIX:
+                return f"the batch header at byte {position} is cut short"
+            last = first + int.from_bytes(raw[23:27], "big", signed=True)
+        if not self.base_offset <= first <= last <= offset:
+            return f"the batch at byte {position} holds offsets {first}..{last}, not ending at or below {offset}"
+        return None
+
+    def _validate_offset_index(self) -> None:
+        """Run when the offset index is loaded: its entries fit the segment and the last one
+        points at a batch (see :mod:`index`).  A reader's size of the active segment may be
+        older than the index: the file's current size bounds the positions then."""
+        idx = self.offset_index
+        last_offset, last_position = idx.lookup(MAX_OFFSET)
+        size = self._size
+        if last_position >= size and self.read_size() > size:
+            size = self.read_size()
+        idx.check_entries(log_size=size, end_offset=self.next_base_offset)
+        problem = self._batch_problem(last_position, last_offset, size)
+        if problem is not None:
+            raise CorruptIndexError(f"last entry (offset {last_offset}): {problem}", path=idx.path)
+
+    def _validate_time_index(self) -> None:
+        self.time_index.check_entries(end_offset=self.next_base_offset)
+
+    def read_size(self) -> int:
+        """The ``.log`` file's size now (0 if missing)."""
+        with naming_os_errors(self.log_path):
+            return self.storage.size(self.log_path) if self.storage.exists(self.log_path) else 0
+
+    def missing_indexes(self) -> list[str]:
+        """The index files a writer must rebuild because they are missing: the offset index
+        (as Kafka), and the time index of a non-empty segment (its largest timestamp)."""
+        need = [self.offset_index, self.time_index] if self._size else [self.offset_index]
+        return [idx.path for idx in need if not idx.exists()]
+
+    def index_problems(self) -> list[str]:
+        """Every index loaded and sanity-checked: the damage found (empty: none)."""
+        problems = []
+        for idx in (self.offset_index, self.time_index, self.txn_index):
+            len(idx)  # load it: the validator runs
+            if idx.rejected is not None:
+                problems.append(str(idx.rejected))
+                continue
+            try:
+                idx.sanity_check(
+                    log_size=self._size if idx is self.offset_index else None,
+                    end_offset=self.next_base_offset,
+                )
+            except CorruptIndexError as e:
+                problems.append(str(e))
+        return problems
+
+    def _invalid_batches(self, loc: Located, prev_last: int) -> np.ndarray:
+        """Which batches of ``loc`` are invalid content: a CRC mismatch, offsets outside the
+        segment or not above ``prev_last`` and the batch before (Kafka's recovery checks)."""
+        h = loc.headers
+        ok = B.verify_crcs(loc.data, relative_headers(h, loc.start))
+        bad = ~ok | (h.base_offset < self.base_offset) | (h.last_offset - self.base_offset > INT32_MAX)
+        bad |= h.last_offset < h.base_offset
+        prev = np.concatenate([[prev_last], h.last_offset[:-1]])
+        bad |= h.base_offset <= prev
+        return np.asarray(bad, dtype=bool)
+
+    def tail_problem(self) -> str | None:
+        """Whether the end of the segment is valid, cheaply: the batches from the last
+        offset-index entry on pass :meth:`_invalid_batches` and the last one ends exactly at the
+        end of the file.  Returns what is wrong (naming the byte), or None."""
+        if self._size == 0:
+            return None
+        valid_end: int | None = None
+        prev_last = self.base_offset - 1
+        try:
+            for loc in self._batches_for(MAX_OFFSET):
+                h = loc.headers
+                if valid_end is None:
+                    valid_end = int(h.position[0])
+                bad = self._invalid_batches(loc, prev_last)
+                if bad.any():
+                    i = int(np.argmax(bad))
+                    return (
+                        f"{self.log_path}: invalid batch at byte {int(h.position[i])} (bad CRC or "
+                        f"offsets {int(h.base_offset[i])}..{int(h.last_offset[i])} out of order)"
+                    )
+                valid_end, prev_last = int(h.position[-1] + h.size[-1]), int(h.last_offset[-1])
+        except CorruptRecordError as e:
+            return f"{self.log_path}: byte {e.position}: {e.reason}"
+        valid_end = valid_end or 0
+        if valid_end != self._size:
+            return (
+                f"{self.log_path}: {self._size - valid_end} bytes at byte {valid_end} are not a "
+                f"complete batch (the file ends at byte {self._size})"
+            )
+        return None
 
     def read(
         self, offset: int, max_bytes: int, *, max_position: int | None = None, min_one_batch: bool = True
@@ -205,9 +398,8 @@ class LogSegment:
         ``max_bytes`` (but at least one batch when ``min_one_batch``): (position, bytes).
         None when the segment holds nothing at or above ``offset`` (below ``max_position``)."""
         limit = self._size if max_position is None else min(self._size, max_position)
-        start = self.offset_index.lookup(offset)[1]
-        for loc in self.iter_batches(
-            start, end_position=limit, chunk=max(1 << 16, min(max_bytes, READ_CHUNK))
+        for loc in self._batches_for(
+            offset, end_position=limit, chunk=max(1 << 16, min(max_bytes, READ_CHUNK))
         ):
             h = loc.headers
             hit = np.nonzero(h.last_offset >= offset)[0]
@@ -221,31 +413,25 @@ class LogSegment:
                 k = 1
             e = int(ends[k - 1]) if k else p
             if e - p > loc.data.shape[0] - (p - loc.start):  # the first batch exceeds the chunk
-                return p, memoryview(self.storage.read(self.log_path, p, e))
+                with naming_os_errors(self.log_path):
+                    return p, memoryview(self.storage.read(self.log_path, p, e))
             return p, loc.data[p - loc.start : e - loc.start].data  # zero-copy view
         return None
 
     def read_next_offset(self) -> int:
         """The offset after the last batch of the segment (base offset if empty)."""
         if self._next_offset is None:
-            _, pos = self.offset_index.lookup(2**63 - 1)
-            last = self._scan_next_offset(pos)
-            if last is None and pos > 0:
-                # the last index entry points at no batch: an index page that reached the disk
-                # before the log bytes it describes did (power loss), seen by a reader before
-                # any writer recovered the segment; scan the whole segment instead
-                last = self._scan_next_offset(0)
+            # from the last index entry; one that points at no batch (an index page that reached
+            # the disk before the log bytes it describes did, seen by a reader before any writer
+            # recovered the segment) makes it a scan of the whole segment
+            last = None
+            try:
+                for loc in self._batches_for(MAX_OFFSET):
+                    last = int(loc.headers.last_offset[-1]) + 1
+            except CorruptRecordError:
+                pass  # a trusted (clean) segment with a bad tail: reads will report it
             self._next_offset = self.base_offset if last is None else last
         return self._next_offset
-
-    def _scan_next_offset(self, position: int) -> int | None:
-        last = None
-        try:
-            for loc in self.iter_batches(position):
-                last = int(loc.headers.last_offset[-1]) + 1
-        except CorruptRecordError:
-            pass  # a trusted (clean) segment with a bad tail: reads will report it
-        return last
 
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int = 0) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= ``timestamp`` and offset >=
@@ -253,8 +439,7 @@ class LogSegment:
         from pylog.storage.codec import records
 
         _, ts_off = self.time_index.lookup(timestamp)
-        _, pos = self.offset_index.lookup(max(ts_off, starting_offset))
-        for loc in self.iter_batches(pos):
+        for loc in self._batches_for(max(ts_off, starting_offset)):
             h = loc.headers
             cand = np.nonzero((h.max_timestamp >= timestamp) & (h.last_offset >= starting_offset))[0]
             for i in cand.tolist():
@@ -276,12 +461,23 @@ class LogSegment:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def recover(self) -> int:
-        """Rebuild the indexes from the log, truncating at the first invalid batch.
+    def recover(self, *, truncate: bool = True) -> int:
+        """Rebuild the indexes from the log, up to the first invalid batch.
 
-        Returns how many bytes were truncated.  Checks each batch's CRC, that its offsets
-        fit this segment and increase, as Kafka's ``LogSegment.recover`` does."""
+        Returns how many bytes from there on are invalid, and truncates them unless
+        ``truncate`` is False (the caller then calls :meth:`cut`).  Checks each batch's CRC,
+        that its offsets fit this segment and increase, as Kafka's ``LogSegment.recover`` does.
+        Only content proven invalid is cut: an I/O error raises (naming the file) and leaves
+        the ``.log`` as it was; the half-rebuilt index files are removed, so that the next load
+        finds them missing and rebuilds them."""
         self.close_files()
+        try:
+            return self._recover(truncate)
+        except Exception:
+            self._drop_indexes()
+            raise
+
+    def _recover(self, truncate: bool) -> int:
         for idx in (self.offset_index, self.time_index, self.txn_index):
             idx.reset()
         self.offset_index.create()
@@ -289,18 +485,13 @@ class LogSegment:
         self.max_timestamp_so_far, self.offset_of_max_timestamp = -1, self.base_offset
         self.bytes_since_last_index_entry = 0
         self._next_offset = None
+        self._index_trusted = True
         valid = 0
         prev_last = self.base_offset - 1
         try:
             for loc in self.iter_batches(0):
                 h = loc.headers
-                ok = B.verify_crcs(loc.data, relative_headers(h, loc.start))
-                bad = (
-                    ~ok | (h.base_offset < self.base_offset) | (h.last_offset - self.base_offset > INT32_MAX)
-                )
-                bad |= h.last_offset < h.base_offset
-                prev = np.concatenate([[prev_last], h.last_offset[:-1]])
-                bad |= h.base_offset <= prev
+                bad = self._invalid_batches(loc, prev_last)
                 n_ok = int(np.argmax(bad)) if bad.any() else len(h)
                 good = h.take(slice(0, n_ok))
                 self._index_batches(good.position, good)
@@ -311,14 +502,26 @@ class LogSegment:
                     break
         except CorruptRecordError:
             pass  # invalid entry size: truncate at the last valid batch
-        truncated = self._size - valid
-        if truncated:
-            self.storage.truncate(self.log_path, valid)
-            self._size = valid
         self.time_index.maybe_append(
             self.max_timestamp_so_far, self.offset_of_max_timestamp, skip_full_check=True
         )
-        return truncated
+        invalid = self._size - valid
+        if invalid and truncate:
+            self.cut(valid)
+        return invalid
+
+    def cut(self, size: int) -> None:
+        """Truncate the ``.log`` to ``size`` bytes (the valid part :meth:`recover` found)."""
+        with naming_os_errors(self.log_path):
+            self.storage.truncate(self.log_path, size)
+        self._size = size
+        self._next_offset = None
+
+    def _drop_indexes(self) -> None:
+        """Remove the index files after a failed rebuild (best effort: the disk may be failing)."""
+        for idx in (self.time_index, self.txn_index, self.offset_index):
+            with contextlib.suppress(OSError, PylogError):
+                idx.delete()
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch holding an offset >= ``offset``; returns bytes removed."""
@@ -330,7 +533,8 @@ class LogSegment:
         if pos is None:
             return 0
         removed = self._size - pos
-        self.storage.truncate(self.log_path, pos)
+        with naming_os_errors(self.log_path):
+            self.storage.truncate(self.log_path, pos)
         self._size = pos
         self._next_offset = None
         self.max_timestamp_so_far, self.offset_of_max_timestamp = self._read_largest_timestamp()
@@ -346,7 +550,7 @@ class LogSegment:
         it; found by the stateful model test)."""
         ts, off = self.time_index.last_entry
         try:
-            for loc in self.iter_batches(self.offset_index.lookup(off)[1]):
+            for loc in self._batches_for(off):
                 h = loc.headers
                 i = int(np.argmax(h.max_timestamp))
                 if int(h.max_timestamp[i]) > ts:
@@ -365,7 +569,8 @@ class LogSegment:
 
     def flush(self) -> None:
         if self._file is not None:
-            self._file.fsync()
+            with naming_os_errors(self.log_path):
+                self._file.fsync()
         self.offset_index.flush()
         self.time_index.flush()
         self.txn_index.flush()
@@ -385,8 +590,9 @@ class LogSegment:
     def change_suffix(self, new_suffix: str) -> None:
         self.close_files()
         stem = join(self.directory, segment_name(self.base_offset))
-        if self.storage.exists(self.log_path):
-            self.storage.rename(self.log_path, f"{stem}.log{new_suffix}")
+        with naming_os_errors(self.log_path):
+            if self.storage.exists(self.log_path):
+                self.storage.rename(self.log_path, f"{stem}.log{new_suffix}")
         self.log_path = f"{stem}.log{new_suffix}"
         for idx, ext in (
             (self.offset_index, "index"),
@@ -398,7 +604,8 @@ class LogSegment:
 
     def delete(self) -> None:
         self.close_files()
-        self.storage.delete(self.log_path)
+        with naming_os_errors(self.log_path):
+            self.storage.delete(self.log_path)
         self.offset_index.delete()
         self.time_index.delete()
         self.txn_index.delete()

@@ -5,25 +5,26 @@
       .kafka_cleanshutdown                 present only after a clean close
       recovery-point-offset-checkpoint     log-start-offset-checkpoint   cleaner-offset-checkpoint
       pylog-topics.json                    pylog's topic metadata (partition count, configs)
+      pylog-state.json                     high watermarks and the sinks' committed batches
       <topic>-<partition>/                 one Kafka partition directory each
-
-Topic metadata lives in a *file*, which Kafka never mistakes for a partition (it only loads
-directories).  A Kafka log directory without ``pylog-topics.json`` (copied from a broker)
-opens with its topics and partitions inferred from the directory names.
 
 Any number of readers may open a root; the first mutating call (create_topic, append, ...)
 takes the writer lock, consumes the clean-shutdown marker and recovers the logs as Kafka does
 at broker start.  ``close()`` flushes, writes the checkpoints and the clean-shutdown marker.
+
+:class:`Root` ties together the parts of the root, each in its own module:
+:mod:`~pylog.storage.root.metadata` (the topics, ``pylog-topics.json``),
+:mod:`~pylog.storage.root.writer` (the writer lock, recovery, checkpoints),
+:mod:`~pylog.storage.root.routing` (the partition of each appended record),
+:mod:`~pylog.storage.root.publish` (acknowledgement and exactly-once publishing),
+:mod:`~pylog.storage.root.txn` (transactions on object stores) and
+:mod:`~pylog.storage.root.reading` (reading ranges, as :mod:`~pylog.storage.root.schema`'s table).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import logging
 import os
-import re
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -33,67 +34,19 @@ import pyarrow as pa
 from pylog.storage.backends.fs import LocalStorage, Storage
 from pylog.storage.backends.objectfs import ObjectStorage
 from pylog.storage.backends.objectstore import is_object_url
-from pylog.storage.codec import records
-from pylog.storage.codec.partitioner import partition_for_keys
 from pylog.storage.config import LogConfig, validate_topic_name
-from pylog.storage.errors import (
-    ConfigError,
-    CorruptCheckpointError,
-    CorruptMetadataError,
-    LogLockedError,
-    PylogError,
-    ReadOnlyError,
-    TopicExistsError,
-    UnknownTopicError,
-)
-from pylog.storage.partition import checkpoint as ckpt
-from pylog.storage.partition.loader import Recovery, load_log
+from pylog.storage.errors import ConfigError, PylogError, ReadOnlyError, TopicExistsError
+from pylog.storage.partition.loader import Recovery
 from pylog.storage.partition.log import AppendInfo, Log
 from pylog.storage.root import publish as pub
-from pylog.storage.root.txn import CLEAN_SHUTDOWN, CLEAN_SHUTDOWN_CONTENT, Transactions, mutation
+from pylog.storage.root import reading, writer
+from pylog.storage.root.metadata import TopicMetadata, partition_dir, positive_count
+from pylog.storage.root.routing import Router
+from pylog.storage.root.schema import TABLE_SCHEMA
+from pylog.storage.root.txn import Transactions, mutation
+from pylog.storage.root.writer import CLEAN_SHUTDOWN
 
-log = logging.getLogger("pylog.storage")
-
-TOPICS_FILE = "pylog-topics.json"
-LOCK_FILE = ".lock"
-_PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
-TIMESTAMP_TYPE = pa.timestamp("ms", tz="UTC")
-TABLE_SCHEMA = pa.schema(
-    [
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("topic", pa.string(), nullable=False),
-        pa.field("partition", pa.int32(), nullable=False),
-        pa.field("offset", pa.int64(), nullable=False),
-        pa.field("timestamp", TIMESTAMP_TYPE, nullable=False),
-        pa.field("timestampType", pa.int32(), nullable=False),
-        pa.field("headers", records.RECORD_SCHEMA.field("headers").type),
-    ]
-)
-"""Columns of :meth:`Root.read_table`: those of Spark's Kafka source, in its order."""
-
-
-def partition_dir(topic: str, partition: int) -> str:
-    return f"{topic}-{partition}"
-
-
-def kafka_columns(t: pa.Table, topic: str, partition: int) -> pa.Table:
-    """Decoded records of one partition (``records.RECORD_SCHEMA``) as Spark's Kafka source
-    columns (:data:`TABLE_SCHEMA`), without a Python object per row (the Spark source uses it too)."""
-    n = t.num_rows
-    return pa.Table.from_arrays(
-        [
-            t.column("key"),
-            t.column("value"),
-            pa.repeat(pa.scalar(topic, pa.string()), n),
-            pa.repeat(pa.scalar(partition, pa.int32()), n),
-            t.column("offset"),
-            t.column("timestamp").cast(TIMESTAMP_TYPE),
-            t.column("timestampType"),
-            t.column("headers"),
-        ],
-        schema=TABLE_SCHEMA,
-    )
+__all__ = ["CLEAN_SHUTDOWN", "TABLE_SCHEMA", "Root", "open_root", "partition_dir"]
 
 
 class Root(Transactions):
@@ -109,62 +62,31 @@ class Root(Transactions):
         self._recovery_points: dict[tuple[str, int], int] = {}
         # readers honour the log start offsets too: retention checkpoints the new start before it
         # renames segments, so a reader never sees retention half done (crash-point campaign)
-        self._start_offsets: dict[tuple[str, int], int] = {}
-        # a damaged checkpoint: a reader goes on (``pylog verify`` reports it), the writer refuses it
-        with contextlib.suppress(CorruptCheckpointError):
-            self._start_offsets = ckpt.read_offsets(storage, ckpt.LOG_START_OFFSET)
+        self._start_offsets = writer.read_start_offsets(storage)
         self.recoveries: list[Recovery] = []
-        self._meta = self._read_meta()
+        self._meta = TopicMetadata.load(storage)
         self._state = pub.read_state(storage)
         self.step_hook: Callable[[str], None] | None = None
         """Called with the name of each step of a publish (crash-point tests)."""
         self._failed: BaseException | None = None
-        self._round_robin = 0
+        self._router = Router()
         self._txn_depth = 0
         self.commits = 0
         """Manifests this root published (object stores)."""
 
-    # ------------------------------------------------------------------ metadata
-
-    def _read_meta(self) -> dict[str, dict[str, Any]]:
-        if self.storage.exists(TOPICS_FILE):
-            path = f"{self.storage.describe()}/{TOPICS_FILE}"
-            try:
-                doc = json.loads(self.storage.read(TOPICS_FILE))
-                topics = doc["topics"]
-                if doc.get("version") != 1 or not isinstance(topics, dict):
-                    raise ValueError(f"unsupported version {doc.get('version')!r}")
-                return {str(k): dict(v) for k, v in topics.items()}
-            except (ValueError, KeyError, TypeError) as e:
-                raise CorruptMetadataError(f"{path}: not a pylog topic metadata file: {e}") from e
-        inferred: dict[str, int] = {}
-        for name in self.storage.listdir(""):
-            m = _PARTITION_DIR.match(name)
-            if m and self.storage.isdir(name):
-                inferred[m.group(1)] = max(inferred.get(m.group(1), 0), int(m.group(2)) + 1)
-        return {t: {"partitions": n, "config": {}} for t, n in inferred.items()}
-
-    def _write_meta(self) -> None:
-        doc = {"version": 1, "topics": self._meta}
-        self.storage.write_atomic(TOPICS_FILE, json.dumps(doc, indent=1, sort_keys=True).encode())
+    # ------------------------------------------------------------------ topics
 
     def topics(self) -> list[str]:
-        return sorted(self._meta)
+        return self._meta.names()
 
     def partitions(self, topic: str) -> int:
-        return int(self._topic(topic)["partitions"])
+        return self._meta.partitions(topic)
 
     def config(self, topic: str) -> LogConfig:
-        return LogConfig.from_dict(self._topic(topic).get("config") or {})
+        return self._meta.config(topic)
 
     def _topic(self, topic: str) -> dict[str, Any]:
-        try:
-            return self._meta[topic]
-        except KeyError:
-            raise UnknownTopicError(
-                f"unknown topic {topic!r} in {self.storage.describe()}; "
-                f"topics: {', '.join(self.topics()) or 'none'}"
-            ) from None
+        return self._meta.entry(topic)
 
     @mutation
     def create_topic(
@@ -185,8 +107,7 @@ class Root(Transactions):
         >>> root.close()
         """
         validate_topic_name(name)
-        if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
-            raise ConfigError(f"partitions must be a positive integer, got {partitions!r}")
+        positive_count(partitions, "partitions")
         cfg = LogConfig.from_dict(config or {})
         self._ensure_writer()
         if name in self._meta:
@@ -196,8 +117,7 @@ class Root(Transactions):
         # metadata first: a crash before the directories exist leaves a complete topic (the
         # writer creates missing directories), never a topic inferred from a partial set of
         # directories with default configs (crash-point campaign)
-        self._meta[name] = {"partitions": partitions, "config": _explicit(cfg)}
-        self._write_meta()
+        self._meta.add_topic(name, partitions, cfg)
         for p in range(partitions):
             self.storage.makedirs(partition_dir(name, p))
         for p in range(partitions):
@@ -208,14 +128,12 @@ class Root(Transactions):
     def add_partitions(self, topic: str, count: int) -> int:
         """Add ``count`` partitions to ``topic`` (Kafka's ``CreatePartitions``; partitions are
         never removed, and keys may map to other partitions afterwards).  Returns the new total."""
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise ConfigError(f"count must be a positive integer, got {count!r}")
+        positive_count(count, "count")
         self._ensure_writer()
         old = self.partitions(topic)
         for p in range(old, old + count):
             self.storage.makedirs(partition_dir(topic, p))
-        self._topic(topic)["partitions"] = old + count
-        self._write_meta()
+        self._meta.set_partitions(topic, old + count)
         for p in range(old, old + count):
             self._state.high_watermarks[(topic, p)] = self.log(topic, p).log_end_offset
         pub.write_state(self.storage, self._state)
@@ -225,11 +143,7 @@ class Root(Transactions):
     def alter_config(self, topic: str, config: Mapping[str, Any]) -> None:
         """Merge Kafka topic configs into ``topic``'s configuration."""
         self._ensure_writer()
-        merged = dict(self._topic(topic).get("config") or {})
-        merged.update({k: str(v) for k, v in config.items()})
-        cfg = LogConfig.from_dict(merged)
-        self._topic(topic)["config"] = _explicit(cfg)
-        self._write_meta()
+        cfg = self._meta.merge_config(topic, config)
         for (t, _), lg in self._logs.items():
             if t == topic:
                 lg.config = cfg
@@ -246,26 +160,16 @@ class Root(Transactions):
             return
         if self.read_only:
             raise ReadOnlyError(f"{self.storage.describe()} was opened read-only")
-        stack = contextlib.ExitStack()
-        deadline = time.monotonic() + self.lock_timeout
-        while True:  # writers (e.g. two streaming queries) take turns; wait up to lock_timeout
-            try:
-                stack.enter_context(self.storage.lock(LOCK_FILE))
-                break
-            except LogLockedError:
-                if time.monotonic() >= deadline:
-                    raise
-                time.sleep(0.02)
-        self._had_clean_shutdown = self.storage.exists(CLEAN_SHUTDOWN)
-        self.storage.delete(CLEAN_SHUTDOWN)  # a crash from here on is an unclean shutdown
-        self.storage.fsync_dir("")
-        self._recovery_points = ckpt.read_offsets(self.storage, ckpt.RECOVERY_POINT)
-        self._start_offsets = ckpt.read_offsets(self.storage, ckpt.LOG_START_OFFSET)
+        lock = writer.take_lock(self.storage, self.lock_timeout)
+        start = writer.start_writing(self.storage)
+        self._had_clean_shutdown = start.had_clean_shutdown
+        self._recovery_points = start.recovery_points
+        self._start_offsets = start.start_offsets
         self._state = pub.read_state(self.storage)
         for lg in self._logs.values():  # logs opened by a reader are reopened as the writer
             lg.close()
         self._logs.clear()
-        self._writer = stack
+        self._writer = lock
 
     def log(self, topic: str, partition: int) -> Log:
         """The log of one partition (recovered first when this root is the writer)."""
@@ -275,31 +179,20 @@ class Root(Transactions):
         key = (topic, int(partition))
         lg = self._logs.get(key)
         if lg is None:
-            writer = self._writer is not None
-            result = load_log(
+            lg, recovery = writer.open_log(
                 self.storage,
-                partition_dir(topic, int(partition)),
+                topic,
+                int(partition),
                 self.config(topic),
+                writer=self._writer is not None,
+                had_clean_shutdown=self._had_clean_shutdown,
                 recovery_point=self._recovery_points.get(key, 0),
                 log_start_offset=self._start_offsets.get(key, 0),
-                had_clean_shutdown=self._had_clean_shutdown or not writer,
-                read_only=not writer,
+                high_watermark=self._state.high_watermarks.get(key),
+                step_hook=self._step,  # the root's hook sees the steps of its logs too
             )
-            lg = result.log
-            lg.high_watermark = self._state.high_watermarks.get(key)
-            lg.step_hook = self._step  # the root's hook sees the steps of its logs too
-            if writer:
-                hw = lg.high_watermark
-                if hw is not None and lg.log_end_offset > hw:
-                    # written by a publish that never completed: never visible, so roll it back
-                    result.recovery.unpublished_bytes = lg.truncate_to(hw)
-                    log.warning(
-                        "%s: removed %d unacknowledged bytes past the high watermark %d",
-                        lg.directory,
-                        result.recovery.unpublished_bytes,
-                        hw,
-                    )
-                self.recoveries.append(result.recovery)
+            if recovery is not None:
+                self.recoveries.append(recovery)
             self._logs[key] = lg
         return lg
 
@@ -340,63 +233,22 @@ class Root(Transactions):
         >>> root.close()
         """
         self._ensure_writer()
-        if isinstance(data, pa.RecordBatch):
-            data = pa.Table.from_batches([data])
-        if isinstance(data, pa.Table):
-            cols = set(data.column_names)
-            if "value" not in cols:
-                raise ConfigError(f"the table needs a 'value' column; it has {sorted(cols)}")
-            value = data.column("value")
-            key = data.column("key") if "key" in cols else key
-            timestamp = data.column("timestamp") if "timestamp" in cols else timestamp
-            headers = data.column("headers") if "headers" in cols else headers
-            if partition is None and "partition" in cols:
-                pcol = data.column("partition").to_numpy(zero_copy_only=False)
-                parts: np.ndarray | None = np.asarray(pcol, dtype=np.int64)
-            else:
-                parts = None
-        else:
-            value, parts = data, None
-        values = records._to_arrow(value, "value")
-        n_rows = len(values)
-        num = self.partitions(topic)
-        if partition is not None:
-            parts = np.full(n_rows, partition, dtype=np.int64)
-        elif parts is None:
-            parts = (
-                np.full(n_rows, -1, np.int64)
-                if key is None
-                else partition_for_keys(records._to_arrow(key, "key"), num).astype(np.int64)
-            )
-            nulls = parts < 0
-            if nulls.any():
-                parts[nulls] = self._round_robin % num
-                self._round_robin += 1
-        bad = (parts < 0) | (parts >= num)
-        if bad.any():
-            raise ConfigError(
-                f"partition {int(parts[np.argmax(bad)])} is out of range for topic {topic!r} (0..{num - 1})"
-            )
-        order = np.argsort(parts, kind="stable")
-        sorted_parts = parts[order]
-        bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
-        keys = [(topic, int(p)) for p in np.unique(sorted_parts).tolist()]
+        routed = self._router.route(
+            topic,
+            self.partitions(topic),
+            data,
+            key=key,
+            timestamp=timestamp,
+            headers=headers,
+            partition=partition,
+        )
+        keys = [(topic, p) for p in routed]
         self._ensure_high_watermarks(keys)
         out: dict[int, AppendInfo] = {}
-        take = pa.array(order)
-        columns: dict[str, Any] = {"value": values, "key": key, "timestamp": timestamp, "headers": headers}
-        arrays = {k: _take(v, take, n_rows) for k, v in columns.items()}
         with self._fail_stop(keys):
-            for lo, hi in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [n_rows]]), strict=True):
-                if hi <= lo:
-                    continue
-                p = int(sorted_parts[lo])
-                sl = {
-                    k: (v if v is None or isinstance(v, int | np.integer) else v[int(lo) : int(hi)])
-                    for k, v in arrays.items()
-                }
+            for p, rows in routed.items():
                 out[p] = self.writable_log(topic, p).append(
-                    sl["value"], sl["key"], sl["timestamp"], sl["headers"], codec=codec
+                    rows.value, rows.key, rows.timestamp, rows.headers, codec=codec
                 )
             self._acknowledge([(topic, p) for p in out])
         return out
@@ -473,16 +325,11 @@ class Root(Transactions):
             self.sweep_staged(sink_id, batch_id, topics)
             return None
         out: dict[tuple[str, int], AppendInfo] = {}
-        groups: dict[tuple[str, int], list[pub.StagedFile]] = {}
-        for f in sorted(staged, key=lambda f: (f.topic, f.partition, f.name)):
-            groups.setdefault((f.topic, f.partition), []).append(f)
+        groups = pub.group_staged(staged)
         self._ensure_high_watermarks(list(groups))
         with self._fail_stop(list(groups)):
             for (topic, p), files in groups.items():
-                data = b"".join(
-                    f.data if f.data is not None else self.storage.read(f"{partition_dir(topic, p)}/{f.name}")
-                    for f in files
-                )
+                data = pub.read_staged(self.storage, files)
                 if data:
                     out[(topic, p)] = self.writable_log(topic, p).append_batches(data, assign_offsets=True)
                 self._step("appended")
@@ -493,16 +340,14 @@ class Root(Transactions):
     def sweep_staged(self, sink_id: str, up_to_batch: int, topics: list[str] | None = None) -> int:
         """Delete staged files of ``sink_id`` for batches <= ``up_to_batch`` (committed,
         replayed or abandoned attempts); returns how many were removed."""
-        removed = 0
-        for topic in self.topics() if topics is None else topics:
-            for p in range(self.partitions(topic)):
-                d = partition_dir(topic, p)
-                for name in self.storage.listdir(d):
-                    parsed = pub.parse_stage_name(name)
-                    if parsed and parsed[0] == sink_id and parsed[1] <= up_to_batch:
-                        self.storage.delete(f"{d}/{name}")
-                        removed += 1
-        return removed
+        partitions = [
+            (topic, p)
+            for topic in (self.topics() if topics is None else topics)
+            for p in range(self.partitions(topic))
+        ]
+        return pub.sweep_staged(self.storage, sink_id, up_to_batch, partitions)
+
+    # ------------------------------------------------------------------ reading
 
     def read_table(
         self,
@@ -542,8 +387,6 @@ class Root(Transactions):
         2
         >>> root.close()
         """
-        from pylog.storage.root import reading
-
         return reading.read_table(
             self,
             topic,
@@ -586,8 +429,6 @@ class Root(Transactions):
         1000
         >>> root.close()
         """
-        from pylog.storage.root import reading
-
         return reading.read_batches(
             self,
             topic,
@@ -624,8 +465,6 @@ class Root(Transactions):
         (2, 'datetime64[ms, UTC]', [b'a', b'b'])
         >>> root.close()
         """
-        from pylog.storage.root import reading
-
         return reading.to_pandas(
             self,
             topic,
@@ -649,18 +488,9 @@ class Root(Transactions):
         """Write the recovery-point and log-start-offset checkpoints (writer only)."""
         if self._writer is None:
             return
-        rp = dict(self._recovery_points)
-        lso = dict(self._start_offsets)
-        for key, lg in self._logs.items():
-            rp[key] = lg.recovery_point
-            if lg.log_start_offset > lg.segments[0].base_offset:
-                lso[key] = lg.log_start_offset
-            else:
-                lso.pop(key, None)
-        ckpt.write_offsets(self.storage, ckpt.RECOVERY_POINT, rp)
-        self._step("recovery-point-checkpointed")
-        ckpt.write_offsets(self.storage, ckpt.LOG_START_OFFSET, lso)
-        self._step("log-start-checkpointed")
+        writer.write_checkpoints(
+            self.storage, self._logs, self._recovery_points, self._start_offsets, self._step
+        )
 
     def close(self) -> None:
         """Flush, write checkpoints and (as the writer) the clean-shutdown marker."""
@@ -684,7 +514,7 @@ class Root(Transactions):
                 lg.close()
             self._step("logs-closed")
             self.checkpoint()
-            self.storage.write_atomic(CLEAN_SHUTDOWN, CLEAN_SHUTDOWN_CONTENT)
+            writer.mark_clean_shutdown(self.storage)
             self._step("clean-shutdown-written")
             self._writer.close()
             self._writer = None
@@ -701,27 +531,6 @@ class Root(Transactions):
 
     def __repr__(self) -> str:
         return f"pylog.Root({self.storage.describe()!r}, topics={self.topics()})"
-
-
-def _explicit(cfg: LogConfig) -> dict[str, str]:
-    """The topic configs that differ from Kafka's defaults, by their topic names."""
-    defaults = LogConfig().to_dict()
-    return {k: v for k, v in cfg.to_dict().items() if defaults.get(k) != v}
-
-
-def _take(col: Any, indices: pa.Array, n: int) -> Any:
-    if col is None:
-        return None
-    if isinstance(col, int | np.integer):
-        return col
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks()
-    if isinstance(col, pa.Array):
-        return col.take(indices)
-    arr = np.asarray(col) if not isinstance(col, list) else None
-    if arr is not None and arr.dtype != object and arr.shape == (n,):
-        return arr[indices.to_numpy()]
-    return [col[i] for i in indices.to_pylist()]
 
 
 def open_root(

@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from pylog.storage.backends.fs import Storage
 from pylog.storage.errors import CorruptMetadataError, PylogError
+from pylog.storage.root.metadata import partition_dir
 
 STATE_FILE = "pylog-state.json"
 STAGE_PREFIX = ".pylog-stage."
@@ -131,14 +132,50 @@ class StagedFile:
         )
 
 
+def group_staged(staged: Iterable[StagedFile]) -> dict[tuple[str, int], list[StagedFile]]:
+    """Staged files per (topic, partition), in the deterministic order a publish appends
+    them: by topic, partition, then file name."""
+    groups: dict[tuple[str, int], list[StagedFile]] = {}
+    for f in sorted(staged, key=lambda f: (f.topic, f.partition, f.name)):
+        groups.setdefault((f.topic, f.partition), []).append(f)
+    return groups
+
+
+def read_staged(storage: Storage, files: Iterable[StagedFile]) -> bytes:
+    """The encoded batches of ``files`` (of one partition), one after the other."""
+    return b"".join(
+        f.data if f.data is not None else storage.read(f"{partition_dir(f.topic, f.partition)}/{f.name}")
+        for f in files
+    )
+
+
+def sweep_staged(
+    storage: Storage, sink_id: str, up_to_batch: int, partitions: Iterable[tuple[str, int]]
+) -> int:
+    """Delete the staged files of ``sink_id`` for batches <= ``up_to_batch`` in the
+    directories of ``partitions``; returns how many were removed."""
+    removed = 0
+    for topic, p in partitions:
+        d = partition_dir(topic, p)
+        for name in storage.listdir(d):
+            parsed = parse_stage_name(name)
+            if parsed and parsed[0] == sink_id and parsed[1] <= up_to_batch:
+                storage.delete(f"{d}/{name}")
+                removed += 1
+    return removed
+
+
 __all__ = [
     "STAGE_PREFIX",
     "STATE_FILE",
     "PublishState",
     "StagedFile",
+    "group_staged",
     "parse_stage_name",
+    "read_staged",
     "read_state",
     "stage_name",
+    "sweep_staged",
     "validate_sink_id",
     "write_state",
 ]

@@ -2,7 +2,8 @@
 
 The logic behind :meth:`Root.read_table <pylog.storage.root.manager.Root.read_table>`,
 :meth:`~pylog.storage.root.manager.Root.read_batches` and :meth:`~pylog.storage.root.manager.Root.to_pandas`.
-Rows have the columns of Spark's Kafka source (:data:`~pylog.storage.root.manager.TABLE_SCHEMA`).
+Rows have the columns of Spark's Kafka source (:data:`~pylog.storage.root.schema.TABLE_SCHEMA`).
+The functions read any :class:`LogSource` (a ``Root`` is one).
 
 A range is resolved per partition into offsets ``[start, end)`` exactly as Spark's Kafka source
 resolves its options:
@@ -31,17 +32,14 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
 
 from pylog.storage.errors import ConfigError, OffsetOutOfRangeError
 from pylog.storage.partition.log import DEFAULT_FETCH_BYTES, Log
-from pylog.storage.root.manager import TABLE_SCHEMA, kafka_columns
-
-if TYPE_CHECKING:
-    from pylog.storage.root.manager import Root
+from pylog.storage.root.schema import TABLE_SCHEMA, kafka_columns
 
 TimestampLike = int | dt.datetime | np.datetime64
 """Milliseconds since the epoch, a ``datetime`` (naive: UTC) or a ``numpy.datetime64``."""
@@ -50,6 +48,15 @@ DEFAULT_MAX_RECORDS = 65_536
 """Rows per batch of :func:`read_batches` unless told otherwise."""
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
+class LogSource(Protocol):
+    """Where topics are read from: the partition count of a topic and the log of each
+    partition (:class:`~pylog.storage.root.manager.Root`)."""
+
+    def partitions(self, topic: str) -> int: ...
+
+    def log(self, topic: str, partition: int) -> Log: ...
 
 
 @dataclass(frozen=True)
@@ -155,7 +162,9 @@ def _offset_for_time(lg: Log, ms: int, leo: int) -> int:
     return leo if found is None else max(lg.log_start_offset, min(found.offset, leo))
 
 
-def resolve(root: Root, topic: str, partitions: Sequence[int] | None, bounds: Bounds) -> list[PartitionRange]:
+def resolve(
+    root: LogSource, topic: str, partitions: Sequence[int] | None, bounds: Bounds
+) -> list[PartitionRange]:
     """The offset range of each partition of ``topic`` to read (all partitions when None)."""
     parts = range(root.partitions(topic)) if partitions is None else partitions
     if isinstance(parts, int | np.integer):
@@ -169,7 +178,7 @@ def resolve(root: Root, topic: str, partitions: Sequence[int] | None, bounds: Bo
 
 
 def read_table(
-    root: Root,
+    root: LogSource,
     topic: str,
     partitions: Sequence[int] | None = None,
     *,
@@ -190,7 +199,7 @@ def read_table(
 
 
 def read_batches(
-    root: Root,
+    root: LogSource,
     topic: str,
     partitions: Sequence[int] | None = None,
     *,
@@ -217,7 +226,7 @@ def read_batches(
 
 
 def _batches(
-    root: Root,
+    root: LogSource,
     topic: str,
     ranges: list[PartitionRange],
     max_records: int,
@@ -244,6 +253,6 @@ def _batches(
                     yield batch
 
 
-def to_pandas(root: Root, topic: str, partitions: Sequence[int] | None = None, **kwargs: Any) -> Any:
+def to_pandas(root: LogSource, topic: str, partitions: Sequence[int] | None = None, **kwargs: Any) -> Any:
     """:func:`read_table` as a ``pandas.DataFrame`` (needs pandas)."""
     return read_table(root, topic, partitions, **kwargs).to_pandas()

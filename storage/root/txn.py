@@ -19,9 +19,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pylog.storage.backends.objectfs import ObjectStorage
-from pylog.storage.errors import CommitConflictError, CorruptCheckpointError, PylogError
-from pylog.storage.partition import checkpoint as ckpt
+from pylog.storage.errors import CommitConflictError, PylogError
 from pylog.storage.root import publish as pub
+from pylog.storage.root.metadata import TopicMetadata
+from pylog.storage.root.writer import mark_clean_shutdown, read_start_offsets
 
 if TYPE_CHECKING:
     from pylog.storage.backends.fs import Storage
@@ -31,8 +32,6 @@ log = logging.getLogger("pylog.storage")
 
 COMMIT_ATTEMPTS = 50
 """How often an operation on an object store is re-run after losing a commit race."""
-CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
-CLEAN_SHUTDOWN_CONTENT = b'{"version":0,"brokerEpoch":-1}'
 
 T = TypeVar("T")
 
@@ -59,13 +58,10 @@ class Transactions:
     _had_clean_shutdown: bool
     _recovery_points: dict[tuple[str, int], int]
     _start_offsets: dict[tuple[str, int], int]
-    _meta: dict[str, dict[str, Any]]
+    _meta: TopicMetadata
     _state: pub.PublishState
 
     def checkpoint(self) -> None:  # pragma: no cover - Root's
-        raise NotImplementedError
-
-    def _read_meta(self) -> dict[str, dict[str, Any]]:  # pragma: no cover - Root's
         raise NotImplementedError
 
     @property
@@ -113,7 +109,7 @@ class Transactions:
             for lg in self._logs.values():
                 lg.close()
             self.checkpoint()
-            self.storage.write_atomic(CLEAN_SHUTDOWN, CLEAN_SHUTDOWN_CONTENT)
+            mark_clean_shutdown(self.storage)
         self._logs.clear()
         if st.commit():
             self.commits += 1
@@ -140,10 +136,8 @@ class Transactions:
         self._failed = None
         self._had_clean_shutdown = False
         self._recovery_points = {}
-        self._start_offsets = {}
-        with contextlib.suppress(CorruptCheckpointError):
-            self._start_offsets = ckpt.read_offsets(self.storage, ckpt.LOG_START_OFFSET)
-        self._meta = self._read_meta()
+        self._start_offsets = read_start_offsets(self.storage)
+        self._meta = TopicMetadata.load(self.storage)
         self._state = pub.read_state(self.storage)
 
     def refresh(self) -> None:
@@ -157,7 +151,7 @@ class Transactions:
             self._reload()
 
     def sweep_orphans(self, now_ms: int | None = None) -> int:
-        """Delete objects no manifest refers to, older than the delete delay (object stores)."""
+        """Delete objects no manifest refers to, older than max(file.delete.delay.ms, 1 h) (object stores)."""
         if isinstance(self.storage, ObjectStorage):
             return self.storage.sweep_orphans(now_ms)
         return 0

@@ -17,7 +17,8 @@ import numpy as np
 import pyarrow as pa
 
 from pylog.storage.codec import records
-from pylog.storage.root.manager import TOPICS_FILE, Root, partition_dir
+from pylog.storage.root.manager import Root, partition_dir
+from pylog.storage.root.metadata import TOPICS_FILE
 
 if TYPE_CHECKING:
     from tests.conftest import Backend

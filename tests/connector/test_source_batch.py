@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from pylog.connector.source import DefaultSource, read_committed_supported
+from pylog.connector.datasource import DefaultSource
 from tests.conftest import Backend
 from tests.connector.source_helpers import T0, append, append_at, control_batch, reader, value
 from tests.kafka_fixtures import b64, expected_records, manifest_logs, require_fixtures
@@ -172,9 +172,6 @@ def test_gaps_and_control_records_in_batch(spark: Any, backend: Backend) -> None
     assert [r.offset for r in df.orderBy("offset").collect()] == [0, 1, 5, 9, 20]
 
 
-@pytest.mark.skipif(
-    not read_committed_supported(), reason="storage has no transaction-aware reads (issue #4)"
-)
 def test_read_committed_in_batch(spark: Any, backend: Backend) -> None:
     from pylog.storage.codec import records
 

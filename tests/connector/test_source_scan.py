@@ -9,8 +9,8 @@ import pytest
 from pyspark.sql.pandas.types import to_arrow_schema
 
 import pylog
+from pylog.connector.datasource import spark_schema
 from pylog.connector.scan import ReadTask, arrow_schema, read_task
-from pylog.connector.source import read_committed_supported, spark_schema
 from pylog.storage.codec import records
 from pylog.storage.errors import DataLossError
 from tests.conftest import Backend
@@ -153,9 +153,6 @@ def test_timestamp_out_of_sparks_range_is_a_clear_error(backend: Backend) -> Non
         list(read_task(task(backend, 0, 2)))
 
 
-@pytest.mark.skipif(
-    not read_committed_supported(), reason="storage has no transaction-aware reads (issue #4)"
-)
 def test_read_committed_hides_aborted_and_open_transactions(backend: Backend) -> None:
     def txn(root: pylog.Root, offsets: list[int], pid: int) -> None:
         def write() -> None:

@@ -22,11 +22,21 @@ rmdir, fsync_dir) counts one *step*.  ``crash_after(k)`` makes the k-th step hap
 raises :class:`Crash` (a ``BaseException``, so no ``except Exception`` in the code under test
 swallows it); from then on every operation raises :class:`Crash` too - the process is gone.
 ``steps`` lists the operations done so far (for enumeration and reports).
+
+I/O errors: :meth:`MemStorage.fail` makes operations raise ``OSError`` as a full disk
+(``ENOSPC``: creating, writing, syncing) or a failing one (``EIO``: any operation, reads too)
+does, from the k-th matching operation on, until :meth:`MemStorage.clear_faults`.  The failing
+operation changes nothing, except that the first write refused for ``ENOSPC`` stores a prefix of
+its bytes and returns the short count, as ``write(2)`` does on a disk that fills up; a
+descriptor operation (read, write, fsync, truncate) raises without a file name, a path
+operation (open/create, rename, unlink, mkdir, listdir, stat) with one, as the OS does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -51,6 +61,32 @@ class _Dir:
     synced: dict[str, int] = field(default_factory=dict)
 
 
+ENOSPC_OPS = frozenset({"create", "write", "fsync", "mkdir"})
+"""The operations a full disk refuses (``fsync`` too: delayed allocation happens there)."""
+EIO_OPS = frozenset(
+    {"read", "size", "listdir", "create", "write", "fsync", "truncate", "rename", "delete", "mkdir", "fsync_dir"}
+)
+"""Every operation a failing disk can refuse."""
+_FD_OPS = frozenset({"read", "write", "fsync", "truncate"})  # no file name in the OS's error
+
+
+@dataclass
+class Fault:
+    """An injected I/O error: operations of ``ops`` on paths containing ``path`` fail with
+    ``err`` once ``skip`` of them have passed (see :meth:`MemStorage.fail`)."""
+
+    err: int
+    ops: frozenset[str]
+    path: str = ""
+    skip: int = 0
+    seen: int = 0  # matching operations so far
+    failed: list[str] = field(default_factory=list)  # "op path" of each refused operation
+    short_write: bool = True
+
+    def matches(self, op: str, path: str) -> bool:
+        return op in self.ops and self.path in path
+
+
 class _MemAppend(AppendFile):
     def __init__(self, fs: MemStorage, ino: int, path: str):
         self._fs = fs
@@ -69,6 +105,9 @@ class _MemAppend(AppendFile):
     def write(self, data: bytes | bytearray | memoryview) -> int:
         f = self._file()
         b = bytes(data)
+        short = self._fs._fault("write", self._path, partial=len(b))
+        if short is not None:  # the disk filled up in the middle of this write
+            b = b[:short]
         f.data += b
         self._fs._step("write", self._path)
         return len(b)
@@ -78,11 +117,13 @@ class _MemAppend(AppendFile):
 
     def fsync(self) -> None:
         f = self._file()
+        self._fs._fault("fsync", self._path)
         f.synced = bytes(f.data)
         self._fs._step("fsync", self._path)
 
     def truncate(self, size: int) -> None:
         f = self._file()
+        self._fs._fault("truncate", self._path)
         del f.data[size:]
         self._fs._step("truncate", self._path)
 
@@ -103,6 +144,7 @@ class MemStorage(Storage):
         self.step_count = 0
         self.steps: list[str] = []
         self.record_steps = False
+        self.faults: list[Fault] = []
 
     def describe(self) -> str:
         return f"mem://{self.name}"
@@ -120,6 +162,42 @@ class MemStorage(Storage):
     def _alive(self) -> None:
         if self._dead:
             raise Crash("the process is gone")
+
+    # ------------------------------------------------------------------ I/O errors
+
+    def fail(
+        self, err: int, *, ops: frozenset[str] | None = None, path: str = "", after: int = 0
+    ) -> Fault:
+        """From the ``after``-th (0-based) operation of ``ops`` on a path containing ``path`` on,
+        every such operation raises ``OSError(err)`` until :meth:`clear_faults`.  ``ops``
+        defaults to :data:`ENOSPC_OPS` for ``ENOSPC`` and to :data:`EIO_OPS` otherwise.  A huge
+        ``after`` never fails: the fault then only counts the matching operations (``seen``)."""
+        if ops is None:
+            ops = ENOSPC_OPS if err == errno.ENOSPC else EIO_OPS
+        fault = Fault(err, frozenset(ops), path, skip=after, short_write=err == errno.ENOSPC)
+        self.faults.append(fault)
+        return fault
+
+    def clear_faults(self) -> None:
+        """The disk has room again (or was replaced): operations succeed from now on."""
+        self.faults = []
+
+    def _fault(self, op: str, path: str, *, partial: int | None = None) -> int | None:
+        """Raise the injected error for ``op`` on ``path``, if any.  For the first write refused
+        for lack of space, return how many of its ``partial`` bytes fit instead (a short write)."""
+        for fault in self.faults:
+            if not fault.matches(op, path):
+                continue
+            fault.seen += 1
+            if fault.seen <= fault.skip:
+                continue
+            first = not fault.failed
+            fault.failed.append(f"{op} {path}")
+            if partial is not None and first and fault.short_write and partial > 1:
+                return partial // 2
+            name = None if op in _FD_OPS else path
+            raise OSError(fault.err, os.strerror(fault.err), name)
+        return None
 
     def _step(self, op: str, path: str) -> None:
         self.step_count += 1
@@ -173,11 +251,14 @@ class MemStorage(Storage):
     def read(self, path: str, start: int = 0, end: int | None = None) -> bytes:
         self._alive()
         data = self._file_at(path).data
+        self._fault("read", path)
         return bytes(data[start : len(data) if end is None else end])
 
     def size(self, path: str) -> int:
         self._alive()
-        return len(self._file_at(path).data)
+        f = self._file_at(path)
+        self._fault("size", path)
+        return len(f.data)
 
     def exists(self, path: str) -> bool:
         self._alive()
@@ -192,6 +273,8 @@ class MemStorage(Storage):
         self._alive()
         ino = self._lookup(path)
         d = None if ino is None else self._inodes[ino]
+        if isinstance(d, _Dir):
+            self._fault("listdir", path)
         return sorted(d.entries) if isinstance(d, _Dir) else []
 
     def makedirs(self, path: str) -> None:
@@ -205,6 +288,7 @@ class MemStorage(Storage):
             if not isinstance(d, _Dir):
                 raise StorageError(f"{self.describe()}/{done}: not a directory")
             if part not in d.entries:
+                self._fault("mkdir", done)
                 d.entries[part] = self._new(_Dir())
                 self._step("mkdir", done)
             ino = d.entries[part]
@@ -218,6 +302,7 @@ class MemStorage(Storage):
             if not isinstance(self._inodes[d.entries[name]], _File):
                 raise StorageError(f"{self.describe()}/{path}: is a directory")
             return d.entries[name]
+        self._fault("create", path)
         ino = d.entries[name] = self._new(_File())
         self._step("create", path)
         return ino
@@ -237,8 +322,10 @@ class MemStorage(Storage):
         ino = self._create(tmp)
         f = self._inodes[ino]
         assert isinstance(f, _File)
+        self._fault("write", tmp)  # Python's buffered writer retries a short write: it raises
         f.data = bytearray(data)
         self._step("write", tmp)
+        self._fault("fsync", tmp)
         f.synced = bytes(data)
         self._step("fsync", tmp)
         self.rename(tmp, path)
@@ -251,8 +338,10 @@ class MemStorage(Storage):
         ino = self._create(path)
         f = self._inodes[ino]
         assert isinstance(f, _File)
+        self._fault("write", path)
         f.data = bytearray(data)
         self._step("write", path)
+        self._fault("fsync", path)
         f.synced = bytes(data)
         self._step("fsync", path)
         self.fsync_dir(self._split(path)[0])
@@ -265,11 +354,13 @@ class MemStorage(Storage):
         sd, dd = self._dir(sp), self._dir(dp)
         if sn not in sd.entries:
             raise StorageError(f"{self.describe()}/{src}: cannot rename: no such file")
+        self._fault("rename", src)
         dd.entries[dn] = sd.entries.pop(sn)
         self._step("rename", f"{src} -> {dst}")
 
     def _unlink(self, path: str) -> None:
         parent, name = self._split(path)
+        self._fault("delete", path)
         del self._dir(parent).entries[name]
         self._step("delete", path)
 
@@ -293,6 +384,7 @@ class MemStorage(Storage):
         """LocalStorage's: truncate and fsync."""
         self._alive()
         f = self._file_at(path)
+        self._fault("truncate", path)
         del f.data[size:]
         self._step("truncate", path)
         f.synced = bytes(f.data)
@@ -301,6 +393,7 @@ class MemStorage(Storage):
     def fsync_dir(self, path: str = "") -> None:
         self._alive()
         d = self._dir(path)
+        self._fault("fsync_dir", path)
         d.synced = dict(d.entries)
         self._step("fsync_dir", path or ".")
 
@@ -381,4 +474,4 @@ def _file_state(f: _File, durable: bool, rng: random.Random | None, tear: float)
     return bytearray(data), data
 
 
-__all__ = ["Crash", "MemStorage"]
+__all__ = ["EIO_OPS", "ENOSPC_OPS", "Crash", "Fault", "MemStorage"]

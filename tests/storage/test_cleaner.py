@@ -1,4 +1,4 @@
-"""The log cleaner (Kafka's LogCleanerTest; TESTING.md checklist B13-B21) and its kernels."""
+"""The log cleaner (after Kafka's LogCleanerTest) and its kernels."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import pytest
 
 from pylog.storage.codec import batch as B
 from pylog.storage.codec import records, rewrite
+from pylog.storage.config import CleanerConfig
 from pylog.storage.errors import ConfigError, CorruptRecordError, InvalidOffsetError
 from pylog.storage.maintenance import offset_map
-from pylog.storage.maintenance.cleaner import group_segments_by_size, log_to_clean
+from pylog.storage.maintenance.cleaner import Cleaner, Throttler, group_segments_by_size, log_to_clean
 from pylog.storage.maintenance.offset_map import OffsetMap
 from pylog.storage.partition import transactions
 from pylog.storage.partition.segment import INT32_MAX
@@ -560,3 +561,68 @@ def test_legacy_entries_kept_whole_or_rewritten_as_v2(tmp_path: Path) -> None:
     assert h.magic.tolist() == [2, 1, 2]  # the wrapper lost a record: v2; the whole message: verbatim
     assert h.base_offset.tolist()[0] == 2 and h.last_offset.tolist()[0] == 4 and h.codec.tolist()[0] == 1
     assert_kafka_valid(tmp_path)
+
+
+# ============================================================================ I/O throttle
+
+
+class FakeClock:
+    """A monotonic clock that only moves when told to or when slept on (no real waiting)."""
+
+    def __init__(self) -> None:
+        self.t = 100.0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds > 0
+        self.sleeps.append(seconds)
+        self.t += seconds
+
+
+def test_throttler_sleeps_when_ahead_of_the_rate_and_banks_no_idle_time() -> None:
+    clock = FakeClock()
+    throttle = Throttler(1000.0, clock=clock, sleep=clock.sleep)  # 1000 bytes/s, checked every 0.1 s
+    throttle(50)  # 0.05 s worth at the limit, no time passed: not yet a check
+    assert clock.sleeps == []
+    throttle(100)  # 150 bytes in no time: 0.15 s worth -> sleep until the period ran at the limit
+    assert clock.sleeps == [pytest.approx(0.15)]
+    clock.t += 2.0  # slow work: 500 bytes over 2 s is under the limit
+    throttle(500)
+    assert len(clock.sleeps) == 1
+    throttle(1000)  # the idle time of the last period is not credited to this burst
+    assert clock.sleeps[1:] == [pytest.approx(1.0)]
+    clock.t += 0.04
+    throttle(100)  # 100 bytes after 0.04 s: 0.1 s worth -> sleeps the remaining 0.06 s
+    assert clock.sleeps[2:] == [pytest.approx(0.06)]
+    assert throttle.slept_s == pytest.approx(0.15 + 1.0 + 0.06)
+
+
+@pytest.mark.parametrize("rate", [1000.0, 5000.0])
+def test_cleaning_pass_is_throttled_to_io_max_bytes_per_second(tmp_path: Path, rate: float) -> None:
+    lg = write_dupes(tmp_path)
+    lg.roll()
+    before = rows(lg)
+    clock = FakeClock()  # moves only when the cleaner sleeps: all the elapsed time is throttling
+    config = CleanerConfig.from_dict(
+        {"log.cleaner.dedupe.buffer.size": 1 << 20, "log.cleaner.io.max.bytes.per.second": rate}
+    )
+    read: list[int] = []
+    res = Cleaner(config, clock=clock, sleep=clock.sleep).clean(lg, now=T0, progress=read.append)
+    assert rows(lg) == latest_per_key(before, lg.active.base_offset)  # throttling changes no result
+    io_bytes = sum(read) + res.bytes_written  # the offset map's and the rewrite's reads, plus writes
+    assert res.bytes_read > 0 and sum(read) > res.bytes_read  # both phases read
+    # the pass took (fake) time for all its I/O at the rate, less at most one check interval
+    assert io_bytes / rate - 0.1 <= clock.t - 100.0 <= io_bytes / rate + 1e-9
+    assert res.throttled_s == pytest.approx(clock.t - 100.0)
+
+
+def test_unlimited_io_rate_never_reads_the_clock(tmp_path: Path) -> None:
+    def boom(*_: object) -> float:
+        raise AssertionError("the default (unlimited) rate must not read the clock or sleep")
+
+    lg = write_dupes(tmp_path)
+    res = Cleaner(CleanerConfig(), clock=boom, sleep=boom).clean(lg, now=T0)
+    assert res.records_removed > 0 and res.throttled_s == 0.0

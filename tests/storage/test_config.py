@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from pylog.storage.errors import ConfigError
 I32 = 2**31 - 1
 I64 = 2**63 - 1
 
-# Kafka's table (kafka-format.md §6): topic config → default as Kafka's describe shows it.
+# Kafka's table: topic config → default as Kafka's describe shows it.
 KAFKA_TOPIC_DEFAULTS = {
     "segment.bytes": "1073741824",
     "segment.ms": "604800000",
@@ -506,6 +507,7 @@ def test_to_dict_from_dict_round_trip(c: LogConfig) -> None:
 
 @settings(max_examples=100, deadline=None)
 @given(cleaner_configs)
+@pytest.mark.filterwarnings("ignore:log.*has no effect in pylog:UserWarning")
 def test_cleaner_round_trip(c: CleanerConfig) -> None:
     d = c.to_dict()
     assert list(d) == list(KAFKA_CLEANER_DEFAULTS)
@@ -515,6 +517,7 @@ def test_cleaner_round_trip(c: CleanerConfig) -> None:
 # --- CleanerConfig ------------------------------------------------------------------------------------
 
 
+@pytest.mark.filterwarnings("ignore:log.*has no effect in pylog:UserWarning")
 def test_cleaner_from_dict() -> None:
     c = CleanerConfig.from_dict(
         {
@@ -530,6 +533,52 @@ def test_cleaner_from_dict() -> None:
     )
     assert c == CleanerConfig(False, 4, 1048576, 0.75, 65536, 1e6, 0, 1000)
     assert c.with_overrides({"log.cleaner.threads": 2}).threads == 2
+    assert c.throttled and not CleanerConfig().throttled
+
+
+NO_EFFECT_KEYS = [
+    "log.cleaner.threads",
+    "log.cleaner.io.buffer.size",
+    "log.cleaner.backoff.ms",
+    "log.retention.check.interval.ms",
+]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "shown", "why"),
+    [
+        ("log.cleaner.threads", "4", "4", "cleans one log at a time in the calling thread"),
+        ("log.cleaner.threads", 0, "0", "to turn compaction off, set log.cleaner.enable=false"),
+        ("log.cleaner.io.buffer.size", " 65536 ", "65536", "reads segments in 8 MiB chunks"),
+        ("log.cleaner.backoff.ms", 0, "0", "no background cleaner thread"),
+        ("log.retention.check.interval.ms", "1000", "1000", "no retention timer"),
+    ],
+)
+def test_settings_without_effect_warn_naming_the_setting_and_why(
+    key: str, value: object, shown: str, why: str
+) -> None:
+    with pytest.warns(UserWarning) as caught:
+        c = CleanerConfig.from_dict({key: value})
+    message = f"{key}={shown} has no effect in pylog: {CleanerConfig.NO_EFFECT[key]}"
+    assert [str(w.message) for w in caught] == [message]
+    assert why in message
+    assert c.to_dict()[key] == shown  # accepted and kept: a broker's settings can be given as they are
+
+
+def test_settings_with_an_effect_or_kafkas_default_do_not_warn() -> None:
+    assert sorted(CleanerConfig.NO_EFFECT) == sorted(NO_EFFECT_KEYS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        CleanerConfig()
+        CleanerConfig.from_dict(KAFKA_CLEANER_DEFAULTS)  # a broker's defaults, given explicitly
+        CleanerConfig.from_dict(
+            {
+                "log.cleaner.enable": "false",
+                "log.cleaner.dedupe.buffer.size": 1 << 20,
+                "log.cleaner.io.buffer.load.factor": 0.5,
+                "log.cleaner.io.max.bytes.per.second": 1e6,
+            }
+        )
 
 
 @pytest.mark.parametrize(

@@ -177,15 +177,30 @@ def test_a7_orphan_indexes_and_deleted_files_removed(tmp_path: Path) -> None:
 
 def test_a8_clean_shutdown_skips_recovery_unclean_recovers(tmp_path: Path) -> None:
     lg = write_log(tmp_path, 40)
+    first = lg.segments[0]
+    assert len(lg.segments) > 1
+    lg.close()
+    path = tmp_path / first.log_path
+    data = bytearray(path.read_bytes())
+    data[100] ^= 0xFF  # inside the CRC-covered part of the first batch of an inactive segment
+    path.write_bytes(bytes(data))
+    clean = reopen(tmp_path, clean=True)
+    assert clean.recovery.recovered_segments == []  # trusted, not scanned
+    unclean = reopen(tmp_path, clean=False, recovery_point=0)
+    assert unclean.recovery.recovered_segments and unclean.recovery.truncated_bytes == len(data)
+    assert unclean.log.log_end_offset == 0
+
+
+def test_a8_clean_shutdown_still_checks_the_tail_of_the_active_segment(tmp_path: Path) -> None:
+    lg = write_log(tmp_path, 40)
     seg = lg.active
     lg.close()
     with open(tmp_path / seg.log_path, "ab") as f:
         f.write(b"\x00" * 100)  # a torn / preallocated tail
     clean = reopen(tmp_path, clean=True)
-    assert clean.recovery.recovered_segments == []  # trusted, not scanned
-    unclean = reopen(tmp_path, clean=False, recovery_point=0)
-    assert unclean.recovery.recovered_segments and unclean.recovery.truncated_bytes == 100
-    assert unclean.log.log_end_offset == 40
+    assert clean.recovery.recovered_segments == [seg.log_path]  # only the active one
+    assert clean.recovery.truncated_bytes == 100 and clean.recovery.problems
+    assert clean.log.log_end_offset == 40
 
 
 def test_a10_log_start_above_all_data(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """maintain() over logs and roots, the compact/retain CLI, and a model-based test of
-appends, rolls, compaction and retention against an in-memory model (TESTING.md §5.4).
+appends, rolls, compaction and retention against an in-memory model.
 
 The root-level tests and the CLI test take ``backend``: they run on local disk and on S3
 (tests/conftest.py).  maintain(log) and the model test work on one Log in a local directory
@@ -188,6 +188,55 @@ def test_maintain_root_topics_partitions_checkpoints(backend: Backend) -> None:
         assert again.log("r", 0).log_start_offset == 60
         for t in ("c", "d"):
             assert again.log(t, 0).read_table().num_rows == 8
+
+
+def test_cleaner_disabled_skips_compaction_but_not_retention(tmp_path: Path) -> None:
+    root = make_root(tmp_path)
+    before = {t: root.log(t, 0).read_table().num_rows for t in ("c", "d")}
+    off = CleanerConfig.from_dict({"log.cleaner.enable": "false"})
+    report = maintain(root, now=T0 + 2 * HOUR, force=True, cleaner_config=off)
+    assert report.segments_deleted == 5 and root.log("r", 0).log_start_offset == 60  # retention ran
+    assert report.cleaning == [] and report.cleaner_checkpoints == {}  # compaction did not
+    assert {t: root.log(t, 0).read_table().num_rows for t in ("c", "d")} == before == {"c": 60, "d": 60}
+    assert report.compaction_skipped == "log.cleaner.enable=false"
+    assert "compaction not run: log.cleaner.enable=false" in report.summary()
+    assert json.loads(json.dumps(report.to_dict()))["compaction_skipped"] == "log.cleaner.enable=false"
+    assert ckpt.read_offsets(root.storage, ckpt.CLEANER_OFFSET) == {}
+    # the same through a cleaner passed in; with the cleaner enabled the same call compacts
+    assert maintain(root, now=T0 + 2 * HOUR, force=True, cleaner=Cleaner(off)).cleaning == []
+    report = maintain(root, now=T0 + 2 * HOUR, force=True)
+    assert [c.directory for c in report.cleaning] == ["c-0", "d-0"] and report.compaction_skipped == ""
+    root.close()
+
+
+def test_retention_only_root_reports_no_skipped_compaction(tmp_path: Path) -> None:
+    with pylog.open(tmp_path) as root:
+        root.create_topic("r", 1, {"cleanup.policy": "delete", "retention.ms": HOUR, "segment.bytes": 1024})
+        fill(root, "r")
+        off = CleanerConfig(enable=False)
+        report = maintain(root, now=T0 + 2 * HOUR, cleaner_config=off)
+        assert report.segments_deleted == 5 and report.compaction_skipped == ""
+
+
+def test_throttle_sleeps_count_against_the_budget(tmp_path: Path) -> None:
+    lg = open_log(tmp_path, segment_bytes=600)
+    dupes(lg, 120)
+    lg.roll()
+    t = [0.0]
+
+    def sleep(seconds: float) -> None:
+        t[0] += seconds
+
+    slow = CleanerConfig.from_dict({"log.cleaner.io.max.bytes.per.second": 1000})  # ~8 s for this log
+    report = maintain(lg, now=T0, budget_s=1.0, cleaner_config=slow, clock=lambda: t[0], sleep=sleep)
+    assert report.budget_exhausted and len(report.cleaning) == 1
+    res = report.cleaning[0]
+    assert res.map_full and 0 < res.end_offset < lg.active.base_offset  # a partial pass, within budget
+    assert report.throttled_s == res.throttled_s == pytest.approx(t[0]) and report.elapsed_s == t[0]
+    assert "throttled" in report.summary()
+    # without the limit the same budget covers the whole log (nothing else moves the fake clock)
+    report = maintain(lg, now=T0, budget_s=1.0, force=True, clock=lambda: t[0], sleep=sleep)
+    assert not report.budget_exhausted and report.throttled_s == 0.0
 
 
 def test_root_read_table_after_compaction_is_kafka_valid(backend: Backend, tmp_path: Path) -> None:

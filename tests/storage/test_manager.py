@@ -20,7 +20,8 @@ import pylog
 from pylog.storage.codec.partitioner import partition_for_keys
 from pylog.storage.errors import ConfigError, LogLockedError, PylogError, StorageError
 from pylog.storage.partition import checkpoint as ckpt
-from pylog.storage.root.manager import CLEAN_SHUTDOWN, TABLE_SCHEMA, TOPICS_FILE
+from pylog.storage.root.manager import CLEAN_SHUTDOWN, TABLE_SCHEMA
+from pylog.storage.root.metadata import TOPICS_FILE
 from tests.conftest import Backend
 from tests.kafka_fixtures import b64, expected_records, manifest_logs, require_fixtures
 

@@ -1,4 +1,4 @@
-"""Object-store specifics (storage/backends/objectfs.py, storage/backends/objectstore.py) on moto's S3 server.
+"""Object-store specifics (storage/backends/: objectfs, manifest, orphans, objectstore) on moto's S3 server.
 
 What a local root has no equivalent of: versioned manifests (one per commit, none for a
 no-op), reader snapshots, ranged GETs, merging the small segments that per-commit sealing
@@ -22,7 +22,7 @@ import pytest
 import pylog
 from pylog.cli import main
 from pylog.storage.backends import objectstore
-from pylog.storage.backends.objectfs import MANIFESTS, manifest_key
+from pylog.storage.backends.manifest import MANIFESTS, manifest_key
 from pylog.storage.backends.objectstore import (
     ConditionalWritesUnsupportedError,
     ObjectStore,

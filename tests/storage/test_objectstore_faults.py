@@ -15,7 +15,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from pylog.storage.backends.objectfs import MANIFESTS, ObjectStorage
+from pylog.storage.backends.manifest import MANIFESTS
+from pylog.storage.backends.objectfs import ObjectStorage
 from pylog.storage.maintenance.runner import maintain
 from pylog.storage.root import publish as pub
 from pylog.storage.root.manager import Root
@@ -388,3 +389,24 @@ def test_a_long_lived_root_sweeps_the_staged_objects_of_each_publish(s3_backend:
     with s3_backend.open(read_only=True) as r:
         assert values(r) == [b"v1-0", b"v2-0", b"v3-0"]
     root.close()
+
+
+def test_an_orphan_sweep_does_not_make_a_stale_snapshot_look_confirmed(s3_backend: Backend) -> None:
+    """The sweep resolves the newest manifest for its own judgement; that must not count as this
+    root having confirmed its (older) snapshot, or its next commit skips the gap check and
+    lands in the gap of a deleted manifest, unseen by every reader."""
+    quick = Backend("s3", s3_backend.url, {**s3_backend.options, "pylog.file_delete_delay_ms": "300"})
+    a = quick.open()
+    a.create_topic("t", 1)
+    a.append("t", batch("a", 1))
+    b = quick.open()
+    for i in range(4):
+        b.append("t", batch(f"b{i}", 1))
+        time.sleep(0.35)
+    a.storage.sweep_orphans()  # a still holds its old snapshot
+    a.append("t", batch("late", 1))
+    with quick.open(read_only=True) as r:
+        assert values(r) == [b"a-0", b"b0-0", b"b1-0", b"b2-0", b"b3-0", b"late-0"]
+        offsets_ok(r)
+    a.close()
+    b.close()

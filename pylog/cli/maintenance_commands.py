@@ -1,5 +1,5 @@
 """``pylog`` subcommands that run maintenance: ``compact`` (the log cleaner) and ``retain``
-(retention).  Registered with :func:`pylog.cli.command` on import.
+(retention).  Registered with :func:`pylog.cli.registry.command` on import.
 
 Both take the root's writer lock, run :func:`pylog.storage.maintenance.runner.maintain` at ``--now``
 (default: the current time), write the root's checkpoints and close it cleanly.  A progress
@@ -16,8 +16,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pylog.cli import Runner, add_root_argument, command, open_root
+from pylog.cli.registry import Runner, add_root_argument, command, fail, open_args_root
 from pylog.storage.backends.objectstore import is_object_url
+from pylog.storage.config import CleanerConfig
+from pylog.storage.errors import ConfigError, PylogError
+from pylog.storage.maintenance.cleaner import Cleaner
+from pylog.storage.maintenance.runner import StderrProgress, maintain
 
 
 def _non_negative(kind: type) -> Callable[[str], Any]:
@@ -50,26 +54,40 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object, for scripts")
 
 
-def _run(args: argparse.Namespace, name: str, **kwargs: object) -> int:
-    from pylog.storage.errors import PylogError
-    from pylog.storage.maintenance.runner import StderrProgress, maintain
-
+def _run(
+    args: argparse.Namespace,
+    name: str,
+    *,
+    retention: bool = True,
+    compaction: bool = True,
+    force: bool = False,
+    budget_s: float | None = None,
+    cleaner: Cleaner | None = None,
+) -> int:
     if not is_object_url(args.root) and not os.path.isdir(args.root):
-        print(f"pylog {name}: error: {args.root}: no such directory", file=sys.stderr)
-        return 1
+        return fail(name, f"{args.root}: no such directory")
     progress = StderrProgress(enabled=not args.json)
     try:
         if is_object_url(args.root):
-            open_root(args, read_only=True).close()  # no root there: a clear error, nothing created
-        with open_root(args, read_only=False) as root:
+            open_args_root(args, read_only=True).close()  # no root there: a clear error, nothing created
+        with open_args_root(args, read_only=False) as root:
             for t in args.topic or ():
                 root.partitions(t)  # unknown topic: a clear error before any work
             now = int(time.time() * 1000) if args.now is None else args.now
-            report = maintain(root, now=now, topics=args.topic, progress=progress, **kwargs)  # type: ignore[arg-type]
+            report = maintain(
+                root,
+                now=now,
+                topics=args.topic,
+                progress=progress,
+                retention=retention,
+                compaction=compaction,
+                force=force,
+                budget_s=budget_s,
+                cleaner=cleaner,
+            )
     except PylogError as e:
         progress.close()
-        print(f"pylog {name}: error: {e}", file=sys.stderr)
-        return 1
+        return fail(name, e)
     progress.close()
     if args.json:
         print(json.dumps(report.to_dict()))
@@ -108,10 +126,6 @@ def compact_command(parser: argparse.ArgumentParser) -> Runner:
     )
 
     def run(args: argparse.Namespace) -> int:
-        from pylog.storage.config import CleanerConfig
-        from pylog.storage.errors import ConfigError
-        from pylog.storage.maintenance.cleaner import Cleaner
-
         props = {}
         if args.dedupe_buffer_size is not None:
             props["log.cleaner.dedupe.buffer.size"] = args.dedupe_buffer_size

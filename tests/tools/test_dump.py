@@ -1,7 +1,7 @@
 """``dump``: Kafka DumpLogSegments output for broker fixtures and pylog-written segments.
 
-Expected lines are built from format strings written out here (from DumpLogSegments.scala /
-kafka-format.md §11), filled with values read from the bytes by the small struct-based parser
+Expected lines are built from format strings written out here (from Kafka's
+DumpLogSegments.scala), filled with values read from the bytes by the small struct-based parser
 below (independent of pylog's decoder) or from the fixtures' expected.jsonl.
 """
 

@@ -1,5 +1,5 @@
 """``pylog`` subcommands that create topics and move records: create-topic, produce,
-consume, recover.  Registered with :func:`pylog.cli.command` on import.
+consume, recover.  Registered with :func:`pylog.cli.registry.command` on import.
 
 Record lines (``--format jsonl``, the default) are one JSON object per record::
 
@@ -20,23 +20,29 @@ import json
 import sys
 import time
 from collections.abc import Iterable, Iterator
-from typing import Any, TextIO
+from dataclasses import asdict
+from typing import Any, TextIO, TypedDict
 
 import numpy as np
 import pyarrow as pa
 
-from pylog.cli import Runner, add_root_argument, command, open_root
+from pylog.cli.registry import Runner, add_root_argument, command, fail, open_args_root
+from pylog.storage.codec.records import HEADER_TYPE
+from pylog.storage.errors import PylogError
+from pylog.storage.root.manager import Root
 
 FORMATS = ("jsonl", "kv", "value")
 
 
-def _open(args: argparse.Namespace, *, read_only: bool):  # type: ignore[no-untyped-def]
-    return open_root(args, read_only=read_only)
+class InputRecord(TypedDict, total=False):
+    """One record read by ``produce``; what is absent takes its default when appended
+    (timestamp: the time of the append; partition: chosen by the partitioner)."""
 
-
-def _fail(cmd: str, message: object) -> int:
-    print(f"pylog {cmd}: error: {message}", file=sys.stderr)
-    return 1
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+    timestamp: int
+    partition: int
 
 
 # ============================================================================ create-topic
@@ -66,10 +72,8 @@ def create_topic_command(parser: argparse.ArgumentParser) -> Runner:
     parser.add_argument("--json", action="store_true", help="print one JSON object, for scripts")
 
     def run(args: argparse.Namespace) -> int:
-        from pylog.storage.errors import PylogError
-
         try:
-            with _open(args, read_only=False) as root:
+            with open_args_root(args, read_only=False) as root:
                 existed = args.topic in root.topics()
                 root.create_topic(args.topic, args.partitions, dict(args.config), exist_ok=args.if_not_exists)
                 info = {
@@ -79,7 +83,7 @@ def create_topic_command(parser: argparse.ArgumentParser) -> Runner:
                     "config": dict(sorted(root.config(args.topic).to_dict().items())),
                 }
         except PylogError as e:
-            return _fail("create-topic", e)
+            return fail("create-topic", e)
         if args.json:
             print(json.dumps(info))
         elif existed:
@@ -124,7 +128,7 @@ def _headers(raw: Any, line_no: int) -> list[tuple[str, bytes | None]]:
     return out
 
 
-def parse_lines(lines: Iterable[str], fmt: str, separator: str) -> Iterator[dict[str, Any]]:
+def parse_lines(lines: Iterable[str], fmt: str, separator: str) -> Iterator[InputRecord]:
     """Records from input lines; raises ValueError naming the line on bad input."""
     for n, line in enumerate(lines, 1):
         line = line.rstrip("\n").rstrip("\r")
@@ -145,7 +149,7 @@ def parse_lines(lines: Iterable[str], fmt: str, separator: str) -> Iterator[dict
             if not isinstance(obj, dict):
                 raise ValueError(f"line {n}: expected a JSON object")
             try:
-                rec = {
+                rec: InputRecord = {
                     "key": _text_or_b64(obj, "key", n),
                     "value": _text_or_b64(obj, "value", n),
                     "headers": _headers(obj.get("headers"), n),
@@ -159,9 +163,7 @@ def parse_lines(lines: Iterable[str], fmt: str, separator: str) -> Iterator[dict
             yield rec
 
 
-def _to_table(recs: list[dict[str, Any]], now: int) -> pa.Table:
-    from pylog.storage.codec.records import HEADER_TYPE
-
+def _to_table(recs: list[InputRecord], now: int) -> pa.Table:
     return pa.table(
         {
             "key": pa.array([r.get("key") for r in recs], pa.binary()),
@@ -189,22 +191,20 @@ def produce_command(parser: argparse.ArgumentParser) -> Runner:
     )
 
     def run(args: argparse.Namespace) -> int:
-        from pylog.storage.errors import PylogError
-
         src: TextIO = open(args.file, encoding="utf-8") if args.file else sys.stdin  # noqa: SIM115
         total = 0
         written: dict[int, dict[str, int]] = {}
         try:
-            with _open(args, read_only=False) as root:
+            with open_args_root(args, read_only=False) as root:
                 root.partitions(args.topic)  # unknown topic: fail before reading input
-                pending: list[dict[str, Any]] = []
+                pending: list[InputRecord] = []
                 for rec in parse_lines(src, args.format, args.separator):
                     pending.append(rec)
                     if len(pending) >= args.batch:
                         total += _flush(root, args, pending, written)
                 total += _flush(root, args, pending, written)
         except (PylogError, ValueError, OSError) as e:
-            return _fail("produce", f"{e} ({total} records were appended before the error)")
+            return fail("produce", f"{e} ({total} records were appended before the error)")
         finally:
             if args.file:
                 src.close()
@@ -219,12 +219,12 @@ def produce_command(parser: argparse.ArgumentParser) -> Runner:
 
 
 def _flush(
-    root: Any, args: argparse.Namespace, pending: list[dict[str, Any]], written: dict[int, dict[str, int]]
+    root: Root, args: argparse.Namespace, pending: list[InputRecord], written: dict[int, dict[str, int]]
 ) -> int:
     if not pending:
         return 0
     now = int(time.time() * 1000)
-    by_part: dict[int | None, list[dict[str, Any]]] = {}
+    by_part: dict[int | None, list[InputRecord]] = {}
     for r in pending:
         by_part.setdefault(args.partition if args.partition is not None else r.get("partition"), []).append(r)
     for part, recs in by_part.items():
@@ -303,17 +303,15 @@ def consume_command(parser: argparse.ArgumentParser) -> Runner:
     def run(args: argparse.Namespace) -> int:
         if args.json:
             args.format = "jsonl"
-        from pylog.storage.errors import PylogError
-
         try:
             return _consume(args)
         except PylogError as e:
-            return _fail("consume", e)
+            return fail("consume", e)
 
     return run
 
 
-def _starting_offsets(root: Any, args: argparse.Namespace, parts: list[int]) -> dict[int, int]:
+def _starting_offsets(root: Root, args: argparse.Namespace, parts: list[int]) -> dict[int, int]:
     out = {}
     for p in parts:
         lg = root.log(args.topic, p)
@@ -330,12 +328,12 @@ def _starting_offsets(root: Any, args: argparse.Namespace, parts: list[int]) -> 
 
 
 def _consume(args: argparse.Namespace) -> int:
-    root = _open(args, read_only=True)
+    root = open_args_root(args, read_only=True)
     n_parts = root.partitions(args.topic)
     parts = args.partition or list(range(n_parts))
     for p in parts:
         if not 0 <= p < n_parts:
-            return _fail(
+            return fail(
                 "consume", f"partition {p} is out of range for topic {args.topic!r} (0..{n_parts - 1})"
             )
     positions = _starting_offsets(root, args, parts)
@@ -360,7 +358,7 @@ def _consume(args: argparse.Namespace) -> int:
             sys.stdout.flush()
             time.sleep(args.poll_interval)
             root.close()
-            root = _open(args, read_only=True)  # see what the writer appended since
+            root = open_args_root(args, read_only=True)  # see what the writer appended since
     except KeyboardInterrupt:
         return 0
     finally:
@@ -388,19 +386,15 @@ def recover_command(parser: argparse.ArgumentParser) -> Runner:
     parser.add_argument("--json", action="store_true", help="print one JSON object, for scripts")
 
     def run(args: argparse.Namespace) -> int:
-        from dataclasses import asdict
-
-        from pylog.storage.errors import PylogError
-
         try:
-            with _open(args, read_only=False) as root:
+            with open_args_root(args, read_only=False) as root:
                 root._ensure_writer()
                 for topic in root.topics():
                     for p in range(root.partitions(topic)):
                         root.log(topic, p)
                 report = [asdict(r) | {"lost_bytes": r.lost_bytes} for r in root.recoveries]
         except PylogError as e:
-            return _fail("recover", e)
+            return fail("recover", e)
         if args.json:
             print(json.dumps({"logs": report}))
         else:

@@ -1,0 +1,62 @@
+"""The ``pylog`` command for operators: ``pylog <command> [options]``; ``--help`` everywhere.
+
+Every subcommand is registered in :mod:`pylog.cli.registry` by the module of its group,
+imported here in the order ``pylog --help`` lists them:
+
+* :mod:`~pylog.cli.inspection_commands` — ``dump``, ``describe``, ``verify`` (read only)
+* :mod:`~pylog.cli.maintenance_commands` — ``compact``, ``retain``
+* :mod:`~pylog.cli.data_commands` — ``create-topic``, ``produce``, ``consume``, ``recover``
+
+Adding a subcommand is one more function decorated with :func:`~pylog.cli.registry.command`
+in one of those modules (or a new module imported below).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from pylog.cli.registry import COMMANDS, Command, Runner, command
+
+# imported to register their subcommands; the order of these imports is the order of --help
+# isort: off
+from pylog.cli import inspection_commands  # noqa: F401
+from pylog.cli import maintenance_commands  # noqa: F401
+from pylog.cli import data_commands  # noqa: F401
+
+# isort: on
+
+__all__ = ["COMMANDS", "Command", "build_parser", "command", "main"]
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Runner]]:
+    """The ``pylog`` parser with every registered subcommand, and each one's runner."""
+    parser = argparse.ArgumentParser(
+        prog="pylog", description="Operate pylog roots: Kafka-format segmented logs on plain storage."
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    runners: dict[str, Runner] = {}
+    for cmd in COMMANDS.values():
+        runners[cmd.name] = cmd.build(sub.add_parser(cmd.name, help=cmd.help, description=cmd.description))
+    return parser, runners
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``pylog``; returns the exit status (2 for bad arguments, as argparse does)."""
+    parser, runners = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help, or an argument error argparse has already reported
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return runners[args.command](args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # e.g. `pylog dump ... | head`
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1

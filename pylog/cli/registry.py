@@ -1,0 +1,124 @@
+"""What every ``pylog`` subcommand is built from: the :class:`Command` registry, the
+:func:`command` decorator, and the argument and root-opening helpers they share.
+
+Each subcommand is one function registered with :func:`command`: it receives its
+``argparse`` parser, adds its arguments, and returns the function that runs it (taking the
+parsed arguments, returning the exit status).  The command modules of this package register
+theirs when :mod:`pylog.cli` imports them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pylog.storage.backends.objectstore import is_object_url
+from pylog.storage.errors import ConfigError, PylogError
+from pylog.storage.root.manager import Root, open_root
+
+Runner = Callable[[argparse.Namespace], int]
+Builder = Callable[[argparse.ArgumentParser], Runner]
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    help: str
+    description: str
+    build: Builder
+
+
+COMMANDS: dict[str, Command] = {}
+"""The registered subcommands, in the order they are listed by ``pylog --help``."""
+
+
+def command(name: str, help: str, description: str | None = None) -> Callable[[Builder], Builder]:
+    """Register the decorated builder as subcommand ``name``."""
+
+    def register(build: Builder) -> Builder:
+        if name in COMMANDS:
+            raise ValueError(f"subcommand {name!r} is registered twice")
+        COMMANDS[name] = Command(name, help, description or help, build)
+        return build
+
+    return register
+
+
+def fail(cmd: str, message: object) -> int:
+    """Report an error of subcommand ``cmd`` on stderr; returns exit status 1."""
+    print(f"pylog {cmd}: error: {message}", file=sys.stderr)
+    return 1
+
+
+# ============================================================================ roots
+
+
+STORAGE_OPTION_HELP = (
+    "an fsspec storage option of an object-store root, KEY=VALUE (repeatable): endpoint_url, key, "
+    "secret, anon, client_kwargs.region_name, pylog.retry_timeout_s...; also read from "
+    "PYLOG_STORAGE_OPTIONS as JSON. Never printed"
+)
+
+
+def add_root_argument(parser: argparse.ArgumentParser, help: str = "the pylog root directory") -> None:
+    """The ``root`` argument (a directory or an object-store URL) and its storage options."""
+    parser.add_argument("root", help=f"{help}, or an object-store URL such as s3://bucket/prefix")
+    parser.add_argument(
+        "--storage-option", "-S", action="append", default=[], metavar="KEY=VALUE", help=STORAGE_OPTION_HELP
+    )
+
+
+def storage_options(args: argparse.Namespace) -> dict[str, str] | None:
+    """``PYLOG_STORAGE_OPTIONS`` (a JSON object) updated with every ``--storage-option``."""
+    opts: dict[str, str] = {}
+    env = os.environ.get("PYLOG_STORAGE_OPTIONS")
+    if env:
+        try:
+            opts.update({str(k): str(v) for k, v in json.loads(env).items()})
+        except (ValueError, AttributeError) as e:
+            raise ConfigError(f"PYLOG_STORAGE_OPTIONS is not a JSON object: {e}") from None
+    for item in getattr(args, "storage_option", None) or []:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise ConfigError(f"--storage-option {item.split('=')[0]!r}: expected KEY=VALUE")
+        opts[k] = v
+    return opts or None
+
+
+def open_args_root(args: argparse.Namespace, *, read_only: bool) -> Root:
+    """The root named by ``args.root``; a missing local directory is an error when reading."""
+    if read_only and not is_object_url(args.root) and not os.path.isdir(args.root):
+        raise PylogError(f"{args.root}: no such directory")
+    return open_root(args.root, storage_options(args), read_only=read_only)
+
+
+# ============================================================================ arguments
+
+
+def non_negative_int(text: str) -> int:
+    """An ``argparse`` type: an integer in [0, 2**31 - 1] (a Java int that is not negative)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 0 <= value <= 2**31 - 1:
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2147483647], got {value}")
+    return value
+
+
+def progress_line(enabled: bool) -> Callable[[str], None] | None:
+    """A one-line progress display on a terminal's stderr; nothing when piped."""
+    if not (enabled and sys.stderr.isatty()):
+        return None
+    count = [0]
+
+    def show(item: str) -> None:
+        count[0] += 1
+        sys.stderr.write(f"\r\033[K[{count[0]}] {item}"[:200])
+        sys.stderr.flush()
+
+    return show

@@ -1,0 +1,122 @@
+"""Which partition each appended record goes to, as Kafka's producer chooses.
+
+A record goes to the partition given for the whole call, else to its ``partition`` column, else
+to Kafka's murmur2 partition of its key (:mod:`pylog.storage.codec.partitioner`); records
+without a key share one partition chosen round robin per call.  The rows are then grouped by
+partition (stably: each partition gets its records in their order) without a Python object
+per row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from pylog.storage.codec import records
+from pylog.storage.codec.partitioner import partition_for_keys
+from pylog.storage.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The records of one partition: the arguments of :meth:`Log.append
+    <pylog.storage.partition.log.Log.append>` (``key``, ``timestamp``, ``headers``: None, one
+    value for every record, or one per record)."""
+
+    value: Any
+    key: Any = None
+    timestamp: Any = None
+    headers: Any = None
+
+
+class Router:
+    """Splits appends into partitions; remembers where the last keyless records went."""
+
+    def __init__(self) -> None:
+        self.round_robin = 0
+
+    def route(
+        self,
+        topic: str,
+        num_partitions: int,
+        data: pa.Table | pa.RecordBatch | Any,
+        *,
+        key: Any = None,
+        timestamp: Any = None,
+        headers: Any = None,
+        partition: int | None = None,
+    ) -> dict[int, Rows]:
+        """The records of ``data`` (a table with a ``value`` column and optionally ``key``,
+        ``timestamp``, ``headers``, ``partition``, or the values themselves) per partition,
+        in partition order; raises :class:`ConfigError` before anything is written."""
+        if isinstance(data, pa.RecordBatch):
+            data = pa.Table.from_batches([data])
+        parts: np.ndarray | None = None
+        if isinstance(data, pa.Table):
+            cols = set(data.column_names)
+            if "value" not in cols:
+                raise ConfigError(f"the table needs a 'value' column; it has {sorted(cols)}")
+            value = data.column("value")
+            key = data.column("key") if "key" in cols else key
+            timestamp = data.column("timestamp") if "timestamp" in cols else timestamp
+            headers = data.column("headers") if "headers" in cols else headers
+            if partition is None and "partition" in cols:
+                pcol = data.column("partition").to_numpy(zero_copy_only=False)
+                parts = np.asarray(pcol, dtype=np.int64)
+        else:
+            value = data
+        values = records._to_arrow(value, "value")
+        n_rows = len(values)
+        if partition is not None:
+            parts = np.full(n_rows, partition, dtype=np.int64)
+        elif parts is None:
+            parts = (
+                np.full(n_rows, -1, np.int64)
+                if key is None
+                else partition_for_keys(records._to_arrow(key, "key"), num_partitions).astype(np.int64)
+            )
+            nulls = parts < 0
+            if nulls.any():
+                parts[nulls] = self.round_robin % num_partitions
+                self.round_robin += 1
+        bad = (parts < 0) | (parts >= num_partitions)
+        if bad.any():
+            raise ConfigError(
+                f"partition {int(parts[np.argmax(bad)])} is out of range for topic {topic!r} "
+                f"(0..{num_partitions - 1})"
+            )
+        order = np.argsort(parts, kind="stable")
+        sorted_parts = parts[order]
+        bounds = np.flatnonzero(np.diff(sorted_parts)) + 1
+        take = pa.array(order)
+        columns = {"value": values, "key": key, "timestamp": timestamp, "headers": headers}
+        arrays = {k: _take(v, take, n_rows) for k, v in columns.items()}
+        out: dict[int, Rows] = {}
+        for lo, hi in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [n_rows]]), strict=True):
+            if hi <= lo:
+                continue
+            sl = {
+                k: (v if v is None or isinstance(v, int | np.integer) else v[int(lo) : int(hi)])
+                for k, v in arrays.items()
+            }
+            out[int(sorted_parts[lo])] = Rows(**sl)
+        return out
+
+
+def _take(col: Any, indices: pa.Array, n: int) -> Any:
+    """``col`` (None, one value for every row, or a column of ``n`` rows) in the order ``indices``."""
+    if col is None:
+        return None
+    if isinstance(col, int | np.integer):
+        return col
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    if isinstance(col, pa.Array):
+        return col.take(indices)
+    arr = np.asarray(col) if not isinstance(col, list) else None
+    if arr is not None and arr.dtype != object and arr.shape == (n,):
+        return arr[indices.to_numpy()]
+    return [col[i] for i in indices.to_pylist()]

@@ -1,0 +1,45 @@
+"""The table a root's records are read as: the columns of Spark's Kafka source.
+
+:meth:`Root.read_table <pylog.storage.root.manager.Root.read_table>`, its streamed variant and
+the Spark source all give these columns, in this order.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from pylog.storage.codec import records
+
+TIMESTAMP_TYPE = pa.timestamp("ms", tz="UTC")
+TABLE_SCHEMA = pa.schema(
+    [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("topic", pa.string(), nullable=False),
+        pa.field("partition", pa.int32(), nullable=False),
+        pa.field("offset", pa.int64(), nullable=False),
+        pa.field("timestamp", TIMESTAMP_TYPE, nullable=False),
+        pa.field("timestampType", pa.int32(), nullable=False),
+        pa.field("headers", records.RECORD_SCHEMA.field("headers").type),
+    ]
+)
+"""Columns of :meth:`Root.read_table`: those of Spark's Kafka source, in its order."""
+
+
+def kafka_columns(t: pa.Table, topic: str, partition: int) -> pa.Table:
+    """Decoded records of one partition (``records.RECORD_SCHEMA``) as Spark's Kafka source
+    columns (:data:`TABLE_SCHEMA`), without a Python object per row (the Spark source uses it too)."""
+    n = t.num_rows
+    return pa.Table.from_arrays(
+        [
+            t.column("key"),
+            t.column("value"),
+            pa.repeat(pa.scalar(topic, pa.string()), n),
+            pa.repeat(pa.scalar(partition, pa.int32()), n),
+            t.column("offset"),
+            t.column("timestamp").cast(TIMESTAMP_TYPE),
+            t.column("timestampType"),
+            t.column("headers"),
+        ],
+        schema=TABLE_SCHEMA,
+    )
