@@ -10,7 +10,10 @@ Gaps -- offsets removed by compaction, control records (transaction markers) -- 
 silently; a range with no visible record yields nothing.  Offsets below the log start offset
 (retention) and a log that ends before the planned end (deleted and recreated, truncated) are
 data loss: an error when ``failOnDataLoss`` is true, else a warning and the rows that are left,
-never a row outside the planned range.  Reading a range again returns the same rows.
+never a row outside the planned range.  Reading a range again returns the same rows.  A
+writer compacting, merging or removing segments while a task reads them changes none of this
+(see "reading beside a writer" in :mod:`pylog.storage.partition.log`); only retention removing
+offsets of the range before a slow task read them (after ``file.delete.delay.ms``) is data loss.
 
 This module does not import pyspark.
 """
@@ -29,7 +32,7 @@ import pyarrow.compute as pc
 from pylog.connector.offsets import OffsetRange, open_read_only, report_data_loss
 from pylog.connector.options import SourceOptions
 from pylog.storage.codec import records
-from pylog.storage.errors import PylogError, StorageError
+from pylog.storage.errors import OffsetOutOfRangeError, PylogError
 from pylog.storage.partition import transactions
 from pylog.storage.partition.log import Log
 from pylog.storage.root.manager import Root
@@ -125,7 +128,11 @@ def read_task(task: ReadTask, *, fetch_bytes: int = FETCH_BYTES) -> Iterator[pa.
                 if batch is not None:
                     yield batch
             return
-        except StorageError as e:  # a segment vanished (retention, compaction swap): look again
+        except OffsetOutOfRangeError as e:
+            # retention removed offsets of the range while they were read, and their files are
+            # gone (a read slower than file.delete.delay.ms): data loss, reported as planned
+            # ranges below the log start are, by _check_range on the reopened log.  (A segment
+            # replaced or removed under the read is not an error: the log reads on.)
             attempt += 1
             if attempt > _RETRIES:
                 raise
@@ -170,7 +177,8 @@ def _check_range(lg: Log, task: ReadTask, start: int, end: int) -> tuple[int, in
 def _aborted(lg: Log, task: ReadTask, start: int, end: int) -> Aborted | None:
     if task.isolation_level != "read_committed" or start >= end:
         return None
-    return transactions.aborted_transactions(lg, start, end)
+    # every segment's .txnindex: on a list the writer did not change meanwhile
+    return lg.read_consistently(lambda _: transactions.aborted_transactions(lg, start, end))
 
 
 def _convert(

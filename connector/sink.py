@@ -63,6 +63,7 @@ from pylog.storage.errors import ConfigError, SinkSchemaError, StorageError
 from pylog.storage.maintenance import runner as maintenance
 from pylog.storage.root import publish as pub
 from pylog.storage.root.manager import Root, open_root, partition_dir
+from pylog.storage.root.metadata import MAX_PARTITIONS
 
 log = logging.getLogger("pylog.connector")
 
@@ -127,7 +128,7 @@ def parse_sink_options(raw: Mapping[str, str], *, streaming: bool) -> SinkOption
             f"configs ({', '.join(sorted(valid)[:6])}, ...)"
         )
     LogConfig.from_dict(topic_config)  # validate now, before any byte is written
-    partitions = _int_option(opts, "partitions", 1, 1 << 20)
+    partitions = _int_option(opts, "partitions", 1, MAX_PARTITIONS)
     codec = opts.get("compression.type")
     if codec is not None:
         codec_id(codec.replace("uncompressed", "none"))

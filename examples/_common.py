@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-OWNED = ("pylog-root", "spark-checkpoints", "kafka-log-dir")
+OWNED = ("pylog-root", "spark-checkpoints", "kafka-log-dir", "inbox")
 """The only names an example creates (and, on a re-run, removes) inside its directory."""
 
 

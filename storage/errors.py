@@ -137,3 +137,17 @@ class SinkSchemaError(ConfigError):
 
 class DumpError(PylogError):
     """A file that cannot be dumped (missing, unreadable, badly named)."""
+
+
+class DamagedLogError(PylogError):
+    """A partition whose files contradict each other or its acknowledged end (segment files
+    missing below the high watermark, overlapping segments, a segment whose first batch does not
+    match its file name, a log start beyond the end): a writer refuses to change it, a reader to
+    read the offsets concerned.  ``pylog recover`` (:meth:`Root.recover`) repairs it, stating
+    what would be lost.  ``directory`` is the partition's directory, ``problems`` what is wrong
+    (each naming its files)."""
+
+    def __init__(self, message: str, *, directory: str | None = None, problems: list[str] | None = None):
+        self.directory = directory
+        self.problems = list(problems or [])
+        super().__init__(message)

@@ -14,6 +14,7 @@ from pylog.cli.inspection_commands import dump_command
 from pylog.storage.backends.fs import LocalStorage
 from pylog.storage.codec import records
 from pylog.storage.partition.index import OffsetIndex
+from tests.kafka_fixtures import require_fixtures
 
 
 def segment(directory: Path) -> Path:
@@ -147,3 +148,31 @@ def test_repeated_files_option_accumulates(tmp_path: Path, capsys: pytest.Captur
     index = log.with_suffix(".index")
     assert cli.main(["dump", "--files", str(index), "--verify-index-only", "--files", str(index)]) == 0
     assert capsys.readouterr().out.splitlines() == [f"Dumping {index}", f"Dumping {index}"]
+
+
+def test_torn_broker_segment_dumps_with_exit_0_and_verify_fails(tmp_path: Path) -> None:
+    """A segment a broker wrote, its last batch torn (as a crash leaves it), in a Kafka log
+    directory: ``pylog dump`` prints the complete batches and Kafka's ``Found N invalid bytes``
+    line on stdout and exits 0, as kafka-dump-log.sh does; ``pylog verify`` reports it and
+    exits 1."""
+    src = require_fixtures() / "kafka-go/v2c-v2-v2c/test-natty-0/00000000000000000000.log"
+    raw = src.read_bytes()
+    starts = [0]  # where each of its three batches starts, from their size fields
+    while starts[-1] < len(raw):
+        starts.append(starts[-1] + 12 + struct.unpack_from(">i", raw, starts[-1] + 8)[0])
+    last = starts[-2]
+    log = tmp_path / "logs" / "test-natty-0" / src.name
+    log.parent.mkdir(parents=True)
+    log.write_bytes(raw[: last + 30])
+    dumped = subprocess.run(
+        [sys.executable, "-m", "pylog", "dump", "--files", str(log)], capture_output=True, text=True
+    )
+    lines = dumped.stdout.splitlines()
+    assert (dumped.returncode, dumped.stderr) == (0, "")
+    assert [line.split(" lastOffset:")[0] for line in lines[2:-1]] == ["baseOffset: 0", "baseOffset: 2"]
+    assert lines[-1] == f"Found 30 invalid bytes at the end of {src.name}"
+    verified = subprocess.run(
+        [sys.executable, "-m", "pylog", "verify", str(tmp_path / "logs")], capture_output=True, text=True
+    )
+    assert verified.returncode == 1
+    assert "30 invalid bytes at the end of the log" in verified.stdout

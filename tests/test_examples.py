@@ -23,7 +23,18 @@ SCRIPTS = sorted(p.name for p in EXAMPLES.glob("*.py") if not p.name.startswith(
 
 EXPECTED: dict[str, list[str]] = {
     # lines (or parts of lines) each example must print: the outcome it demonstrates
-    "demo.py": ["appended 500,000 events", "read back 500,000 records"],
+    "demo.py": [  # `make demo`: the Spark streaming pipeline
+        "16 files of 5,000 sensor readings",
+        "  write batch 15: 5,000 rows",  # one micro-batch per file, with its progress line
+        "80,000 readings streamed into 'readings' and read back, 4 partitions:",
+        "      total    80,000 ",  # written: one offset per reading
+        "OK   every reading written once: 80,000 in, 80,000 offsets",
+        "OK   the reading query read every partition to its end",
+        "OK   the aggregate holds the latest reading of all 1,000 sensors",
+        "describe ",
+        "dump --files ",
+    ],
+    "api_tour.py": ["appended 500,000 events", "read back 500,000 records"],
     "quickstart_spark.py": [
         "batch 2:  1000 records",  # three availableNow runs of the writing query
         "batch 2:   600 records",  # 3000 records read at most 1200 per micro-batch
@@ -98,7 +109,26 @@ def test_example_runs(script: str, tmp_path: Path) -> None:
     for expected in EXPECTED[script]:
         assert expected in proc.stdout, f"{script} did not print {expected!r}:\n{proc.stdout}"
     assert work.is_dir()
+    if script == "demo.py":
+        assert_demo_left_its_files(work, proc.stdout)
     print(f"{script}: {elapsed:.1f} s")
+
+
+def assert_demo_left_its_files(work: Path, stdout: str) -> None:
+    """What ``make demo`` promises to leave: the Spark checkpoints of both queries, and a topic
+    that compaction has shrunk (fewer segments than the writer rolled) and that verifies."""
+    for query in ("write-readings", "read-readings"):
+        assert any((work / "spark-checkpoints" / query / "commits").iterdir()), query
+    root = work / "pylog-root"
+    assert (root / "cleaner-offset-checkpoint").is_file()
+    (total,) = [line for line in stdout.splitlines() if line.startswith("      total ")]
+    _, written, _, kept, rolled, arrow, now, *_ = total.replace(",", "").split()
+    assert (written, arrow) == ("80000", "->"), total
+    assert int(kept) < 80_000 and int(now) < int(rolled), total  # compaction dropped old readings
+    proc = subprocess.run(
+        [sys.executable, "-m", "pylog", "verify", str(root)], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_example_refuses_a_foreign_directory(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ from pylog.cli.registry import Runner, add_root_argument, command, fail, open_ar
 from pylog.storage.codec.records import HEADER_TYPE
 from pylog.storage.errors import PylogError
 from pylog.storage.root.manager import Root
+from pylog.storage.root.metadata import MAX_PARTITIONS, partition_count_problem
 
 FORMATS = ("jsonl", "kv", "value")
 
@@ -55,11 +56,29 @@ def _config_pair(text: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
+def _partition_count(text: str) -> int:
+    """An ``argparse`` type: a partition count in [1, MAX_PARTITIONS], refused before the root is
+    opened (nothing is written)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    problem = partition_count_problem(value, "the partition count")
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return value
+
+
 @command("create-topic", "create a topic with partitions and Kafka topic configs")
 def create_topic_command(parser: argparse.ArgumentParser) -> Runner:
     add_root_argument(parser, "the pylog root directory (created if missing)")
     parser.add_argument("topic", help="topic name: [a-zA-Z0-9._-], at most 249 characters")
-    parser.add_argument("--partitions", type=int, default=1, help="number of partitions (default 1)")
+    parser.add_argument(
+        "--partitions",
+        type=_partition_count,
+        default=1,
+        help=f"number of partitions, 1..{MAX_PARTITIONS} (default 1)",
+    )
     parser.add_argument(
         "--config",
         action="append",
@@ -380,37 +399,65 @@ def _rows(table: pa.Table) -> Iterator[dict[str, Any]]:
 # ============================================================================ recover
 
 
-@command("recover", "take the writer lock and recover every log after an unclean stop")
+@command(
+    "recover",
+    "take the writer lock, recover every log after an unclean stop, and repair damaged ones",
+    "Open every partition as the writer does: what a crash left half done is completed or removed "
+    "(only bytes that are not valid batches are truncated). A partition damaged from outside "
+    "(segment files removed, renamed or copied; a log-start checkpoint beyond the end), which "
+    "writers refuse, is repaired: what loses nothing (renaming a misnamed segment, dropping the "
+    "checkpoint entry) is done; what loses data (removing a segment whose offsets another holds, "
+    "lowering the high watermark to the log end) is stated, and done only with "
+    "--accept-data-loss. Exit status 0 when every partition is writable, 1 otherwise.",
+)
 def recover_command(parser: argparse.ArgumentParser) -> Runner:
     add_root_argument(parser)
+    parser.add_argument(
+        "--accept-data-loss",
+        action="store_true",
+        help="also carry out the repairs that lose data (they are listed without this flag)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object, for scripts")
 
     def run(args: argparse.Namespace) -> int:
         try:
             with open_args_root(args, read_only=False) as root:
-                root._ensure_writer()
-                for topic in root.topics():
-                    for p in range(root.partitions(topic)):
-                        root.log(topic, p)
+                repairs = root.recover(accept_data_loss=args.accept_data_loss)
                 report = [asdict(r) | {"lost_bytes": r.lost_bytes} for r in root.recoveries]
         except PylogError as e:
             return fail("recover", e)
+        pending = [r for r in repairs if not r.applied]
         if args.json:
-            print(json.dumps({"logs": report}))
-        else:
-            lost = [r for r in report if r["lost_bytes"]]
-            for r in report:
-                if r["lost_bytes"] or r["rebuilt_indexes"] or r["removed_files"] or r["completed_swaps"]:
-                    print(
-                        f"{r['directory']}: lost {r['lost_bytes']} bytes; rebuilt indexes of "
-                        f"{len(r['rebuilt_indexes'])} segments; removed {len(r['removed_files'])} files; "
-                        f"completed {len(r['completed_swaps'])} swaps"
-                    )
+            damaged = [asdict(r) | {"steps": r.describe()} for r in repairs]
+            print(json.dumps({"ok": not pending, "logs": report, "damaged": damaged}))
+            return 1 if pending else 0
+        lost = [r for r in report if r["lost_bytes"]]
+        for r in report:
+            if r["lost_bytes"] or r["rebuilt_indexes"] or r["removed_files"] or r["completed_swaps"]:
+                print(
+                    f"{r['directory']}: lost {r['lost_bytes']} bytes; rebuilt indexes of "
+                    f"{len(r['rebuilt_indexes'])} segments; removed {len(r['removed_files'])} files; "
+                    f"completed {len(r['completed_swaps'])} swaps"
+                )
+        for rep in repairs:
+            where = f"{rep.topic}-{rep.partition}"
+            print(f"{where}: damaged: {'; '.join(rep.problems)}")
+            verb = "repaired" if rep.applied else "would"
+            for step in rep.describe():
+                print(f"{where}: {verb}: {step}")
+        print(
+            f"recovered {len(report)} logs; {len(lost)} lost data (see above)"
+            if lost
+            else f"recovered {len(report)} logs; nothing lost"
+        )
+        if pending:
+            names = ", ".join(f"{r.topic}-{r.partition}" for r in pending)
             print(
-                f"recovered {len(report)} logs; {len(lost)} lost data (see above)"
-                if lost
-                else f"recovered {len(report)} logs; nothing lost"
+                f"pylog recover: {names} still damaged (writers refuse them): run again with "
+                "--accept-data-loss to carry out the repairs listed, losing what they state",
+                file=sys.stderr,
             )
+            return 1
         return 0
 
     return run

@@ -9,13 +9,13 @@ import argparse
 import json
 import sys
 
+from pylog.cli.progress import ItemProgress
 from pylog.cli.registry import (
     Runner,
     add_root_argument,
     command,
     non_negative_int,
     open_args_root,
-    progress_line,
 )
 from pylog.storage.errors import PylogError
 from pylog.tools.dump import dump
@@ -27,9 +27,11 @@ from pylog.tools.inspect import describe, format_describe, problems_as_json, ver
     "print the contents of segment files, as kafka-dump-log.sh does",
     "Print .log, .index, .timeindex and .txnindex files in the output format of Kafka's "
     "kafka-dump-log.sh (DumpLogSegments), and verify indexes against their .log. "
-    "Exit status 0 if every file was read and verified, 1 if a file is missing, unreadable or "
-    "corrupt (including batches whose CRC does not match and invalid bytes at the end of a "
-    ".log), or an index fails its sanity check or verification, 2 for bad arguments.",
+    "Exit status as Kafka's tool: 0 when every file was dumped, even with batches whose CRC does "
+    "not match (isvalid: false) or invalid bytes at the end of a .log (printed as 'Found N "
+    "invalid bytes at the end of FILE'); 1 if a file is missing, unreadable or has a corrupt "
+    "entry, or an index fails its sanity check or does not match its .log; 2 for bad arguments. "
+    "'pylog verify' fails on every problem.",
 )
 def dump_command(parser: argparse.ArgumentParser) -> Runner:
     parser.add_argument(
@@ -123,9 +125,13 @@ def describe_command(parser: argparse.ArgumentParser) -> Runner:
 @command(
     "verify",
     "validate every file of a root; exit status 1 if anything is wrong",
-    "Check every checkpoint file, every batch of every segment (CRC, sizes, records, offsets "
-    "increasing) and every index against its log, without modifying anything. Prints the "
-    "problems found; exit status 0 when there are none, 1 otherwise, 2 for bad arguments.",
+    "Check every checkpoint file and the state file, every batch of every segment (CRC, sizes, "
+    "records, offsets increasing), that segments agree with their file names and do not overlap, "
+    "that every offset up to the high watermark is held by a segment (offsets may be missing only "
+    "where compaction can have removed them: below the active segment of a compacted topic), that "
+    "the log start offset is not beyond the end, and every index against its log, without "
+    "modifying anything. Prints the problems found (with --json, each with its file, message and "
+    "kind); exit status 0 when there are none, 1 otherwise, 2 for bad arguments.",
 )
 def verify_command(parser: argparse.ArgumentParser) -> Runner:
     add_root_argument(parser)
@@ -134,12 +140,11 @@ def verify_command(parser: argparse.ArgumentParser) -> Runner:
     def run(args: argparse.Namespace) -> int:
         try:
             root = open_args_root(args, read_only=True)
-            problems, counts = verify(root, progress=progress_line(not args.json))
+            with ItemProgress(unit="segments", enabled=not args.json) as progress:
+                problems, counts = verify(root, progress=progress.callback)
         except PylogError as e:
             print(f"pylog verify: error: {e}", file=sys.stderr)
             return 1
-        if sys.stderr.isatty() and not args.json:
-            sys.stderr.write("\r\033[K")
         if args.json:
             print(json.dumps({"ok": not problems, "checked": counts, "problems": problems_as_json(problems)}))
         else:

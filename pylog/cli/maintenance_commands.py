@@ -3,7 +3,7 @@
 
 Both take the root's writer lock, run :func:`pylog.storage.maintenance.runner.maintain` at ``--now``
 (default: the current time), write the root's checkpoints and close it cleanly.  A progress
-line is drawn on stderr when it is a terminal.
+bar is drawn on stderr when it is a terminal (:mod:`pylog.cli.progress`).
 """
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from pylog.cli.progress import BytesProgress
 from pylog.cli.registry import Runner, add_root_argument, command, fail, open_args_root
 from pylog.storage.backends.objectstore import is_object_url
 from pylog.storage.config import CleanerConfig
 from pylog.storage.errors import ConfigError, PylogError
 from pylog.storage.maintenance.cleaner import Cleaner
-from pylog.storage.maintenance.runner import StderrProgress, maintain
+from pylog.storage.maintenance.runner import maintain
 
 
 def _non_negative(kind: type) -> Callable[[str], Any]:
@@ -66,11 +67,10 @@ def _run(
 ) -> int:
     if not is_object_url(args.root) and not os.path.isdir(args.root):
         return fail(name, f"{args.root}: no such directory")
-    progress = StderrProgress(enabled=not args.json)
     try:
         if is_object_url(args.root):
             open_args_root(args, read_only=True).close()  # no root there: a clear error, nothing created
-        with open_args_root(args, read_only=False) as root:
+        with open_args_root(args, read_only=False) as root, BytesProgress(enabled=not args.json) as progress:
             for t in args.topic or ():
                 root.partitions(t)  # unknown topic: a clear error before any work
             now = int(time.time() * 1000) if args.now is None else args.now
@@ -78,7 +78,7 @@ def _run(
                 root,
                 now=now,
                 topics=args.topic,
-                progress=progress,
+                progress=progress if progress.active else None,
                 retention=retention,
                 compaction=compaction,
                 force=force,
@@ -86,9 +86,7 @@ def _run(
                 cleaner=cleaner,
             )
     except PylogError as e:
-        progress.close()
         return fail(name, e)
-    progress.close()
     if args.json:
         print(json.dumps(report.to_dict()))
     else:

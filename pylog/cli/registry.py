@@ -109,16 +109,3 @@ def non_negative_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer in [0, 2147483647], got {value}")
     return value
 
-
-def progress_line(enabled: bool) -> Callable[[str], None] | None:
-    """A one-line progress display on a terminal's stderr; nothing when piped."""
-    if not (enabled and sys.stderr.isatty()):
-        return None
-    count = [0]
-
-    def show(item: str) -> None:
-        count[0] += 1
-        sys.stderr.write(f"\r\033[K[{count[0]}] {item}"[:200])
-        sys.stderr.flush()
-
-    return show

@@ -107,12 +107,17 @@ def dump(
 
     ``paths`` are OS paths.  ``print_data_log`` implies ``deep_iteration``; ``max_bytes``
     limits how much of each ``.log`` is read; ``max_message_size`` bounds the batch an
-    ``.index`` entry may point at.  Returns the exit status: 0 if every file was read and
-    found sound; 1 if any file is missing or unreadable, holds a corrupt entry, a batch whose
-    CRC does not match (``isvalid: false``) or invalid bytes at its end, fails
-    ``--index-sanity-check``, or does not match its ``.log`` (index verification).  Unknown
-    file kinds are ignored with a message (as Kafka does) and do not change the status;
-    neither do non-consecutive offsets, which compaction produces.
+    ``.index`` entry may point at.
+
+    Returns the exit status, Kafka's where Kafka's tool completes: 0 when every file was
+    dumped, including a ``.log`` with batches whose CRC does not match (printed
+    ``isvalid: false``) or with invalid bytes at its end (a torn tail: ``Found N invalid bytes
+    at the end of <file>`` on stdout, after the complete entries), and non-consecutive offsets
+    (which compaction produces).  1 where Kafka's tool dies: a file missing or unreadable, an
+    entry whose header is corrupt, a failed ``--index-sanity-check``; and, as a check of
+    pylog's own, when an index does not match its ``.log`` (the mismatches Kafka lists on
+    stderr).  ``pylog verify`` is the command that fails on every problem.  Unknown file kinds
+    are ignored with a message, as Kafka does, and do not change the status.
     """
     if max_bytes < 0:
         raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
@@ -209,9 +214,7 @@ def _dump_log(path: str, opts: _Options) -> None:
     w = opts.out.write
     try:
         for i in range(len(e.headers)):
-            w(batch_line(e, i, path) + "\n")
-            if not e.valid[i]:
-                opts.problems.failed = True
+            w(batch_line(e, i, path) + "\n")  # a CRC mismatch is shown (isvalid: false), not a failure
             if opts.deep:  # a batch whose records are corrupt raises here, as Kafka dies here
                 lines = record_lines(
                     e,
@@ -228,10 +231,9 @@ def _dump_log(path: str, opts: _Options) -> None:
             opts.problems.non_consecutive.setdefault(_absolute(path), []).extend(tracker.pairs)
     if e.error is not None:
         raise e.error
-    trailing = data.shape[0] - e.end
+    trailing = data.shape[0] - e.end  # a torn tail, or bytes that are no entry: reported, as Kafka does
     if trailing > 0 and opts.max_bytes == INT32_MAX:
         w(f"Found {trailing} invalid bytes at the end of {name}\n")
-        opts.problems.failed = True
 
 
 # ============================================================================ indexes

@@ -17,6 +17,7 @@ from pylog.storage.backends.fs import LocalStorage
 from pylog.storage.codec import records
 from pylog.storage.errors import PylogError
 from pylog.storage.partition import checkpoint as ckpt
+from pylog.storage.root import publish as pub
 from pylog.storage.root.consumers import consumer_lag, read_consumer_offsets
 from pylog.storage.root.manager import CLEAN_SHUTDOWN, Root, partition_dir
 
@@ -153,85 +154,228 @@ def format_describe(info: RootInfo) -> str:
 
 @dataclass(frozen=True)
 class Problem:
-    """One thing ``verify`` found wrong."""
+    """One thing ``verify`` found wrong: the file concerned, what is wrong, and its kind:
+    ``checkpoint``, ``state``, ``missing-partition``, ``unreadable``, ``corrupt`` (a batch that
+    does not decode: CRC, sizes, records), ``tail`` (invalid bytes at the end of a segment),
+    ``order`` (offsets not increasing), ``misnamed`` (a batch below its segment's base offset),
+    ``overlap`` (segments holding the same offsets), ``missing`` (offsets no segment holds that
+    compaction cannot have removed: a missing or truncated segment), ``below-high-watermark``,
+    ``log-start`` (the log start offset beyond the end) or ``index``."""
 
     file: str
     message: str
+    kind: str = "corrupt"
 
 
 def verify(
     root: Root, *, progress: Callable[[str], None] | None = None
 ) -> tuple[list[Problem], dict[str, int]]:
-    """Validate every file of ``root``: checkpoints, every batch (CRC, sizes, records), offsets
-    increasing within and across segments, and every index against its log.
+    """Validate every file of ``root``: checkpoints, the state file, every batch (CRC, sizes,
+    records), offsets increasing within and across segments, segments agreeing with their names
+    and covering every offset up to the high watermark, and every index against its log.
+
+    Offsets no segment holds are damage unless compaction can have removed them: in a topic
+    that is or was compacted (``cleanup.policy`` has ``compact``, or the partition has a
+    cleaner checkpoint), anywhere below the active segment, which the cleaner never rewrites.
+    Compaction keeps each segment's base offset (a cleaned segment takes the base of the first
+    segment it replaces) and may remove any batch, so there a missing segment cannot be told
+    from a cleaned one; in any other topic every offset up to the log end has a batch.
 
     Returns the problems found and counters (segments, batches, records checked)."""
     problems: list[Problem] = []
     counts = {"segments": 0, "batches": 0, "records": 0, "bytes": 0}
+    checkpoints: dict[str, dict[tuple[str, int], int]] = {}
     for name in (ckpt.RECOVERY_POINT, ckpt.LOG_START_OFFSET, ckpt.CLEANER_OFFSET):
         try:
-            ckpt.read_offsets(root.storage, name)
+            checkpoints[name] = ckpt.read_offsets(root.storage, name)
         except PylogError as e:
-            problems.append(Problem(name, str(e)))
+            problems.append(Problem(name, str(e), "checkpoint"))
+            checkpoints[name] = {}
+    try:
+        high_watermarks = pub.read_state(root.storage).high_watermarks
+    except PylogError as e:
+        problems.append(Problem(pub.STATE_FILE, str(e), "state"))
+        high_watermarks = {}
     for topic in root.topics():
         for p in range(root.partitions(topic)):
             d = partition_dir(topic, p)
             if not root.storage.isdir(d):
-                problems.append(Problem(d, "partition directory is missing"))
+                problems.append(Problem(d, "partition directory is missing", "missing-partition"))
                 continue
-            lg = root.log(topic, p)
-            prev_last = -1
+            try:
+                lg = root.log(topic, p)
+            except PylogError as e:
+                problems.append(Problem(d, str(e), "unreadable"))
+                continue
+            key = (topic, p)
+            compacted = root.config(topic).compact or key in checkpoints[ckpt.CLEANER_OFFSET]
+            walk = _Walk(lg.segments[-1].base_offset if compacted else -1)
             for seg in lg.segments:
                 if progress:
                     progress(seg.log_path)
                 counts["segments"] += 1
-                prev_last = _verify_segment(root, seg, prev_last, problems, counts)
+                _verify_segment(root, seg, walk, problems, counts)
+            _verify_ends(d, walk, lg.segments[-1], key, high_watermarks, checkpoints, problems)
     return problems, counts
 
 
+@dataclass
+class _Walk:
+    """Where the check of one partition's segments is."""
+
+    gaps_below: int
+    """Offsets below it may be missing (removed by compaction); -1: none may."""
+    last: int = -1
+    """The last offset of the batches checked so far (-1: none yet)."""
+    file: str | None = None
+    """The segment holding it."""
+    end: int = 0
+    """The log end so far: after the last batch, or the base of an empty newest segment."""
+
+    def gap(self, lo: int, hi: int) -> bool:
+        """Whether offsets ``lo..hi-1`` may not be missing."""
+        return hi > lo and hi > self.gaps_below
+
+
 def _verify_segment(
-    root: Root, seg: Any, prev_last: int, problems: list[Problem], counts: dict[str, int]
-) -> int:
+    root: Root, seg: Any, walk: _Walk, problems: list[Problem], counts: dict[str, int]
+) -> None:
+    path = seg.log_path
+    if walk.file is not None and seg.base_offset <= walk.last:
+        problems.append(
+            Problem(
+                path,
+                f"its base offset {seg.base_offset} is at or below offset {walk.last}, held by "
+                f"{walk.file}: the segments overlap",
+                "overlap",
+            )
+        )
+    elif walk.file is not None and walk.gap(walk.last + 1, seg.base_offset):
+        problems.append(
+            Problem(
+                path,
+                f"offsets {walk.last + 1}..{seg.base_offset - 1} are missing: {walk.file} ends at offset "
+                f"{walk.last} and {path} starts at {seg.base_offset} (a missing or truncated segment)",
+                "missing",
+            )
+        )
+    expected = seg.base_offset  # the first offset the next batch should have
+    first = True
     end = 0
-    try:
-        for loc in seg.iter_batches(0):
-            h = loc.headers
-            rs = records.decode(loc.data, path=seg.log_path, base_position=loc.start)
-            counts["batches"] += len(h)
-            counts["records"] += len(rs)
-            counts["bytes"] += int(h.size.sum())
-            firsts = np.concatenate([[prev_last], h.last_offset[:-1]])
-            bad = np.nonzero(h.base_offset <= firsts)[0]
-            if bad.size:
-                i = int(bad[0])
+    batches = seg.iter_batches(0)
+    while True:
+        try:
+            loc = next(batches, None)
+        except PylogError as e:
+            problems.append(
+                Problem(path, f"{seg.size - end} invalid bytes at the end of the log ({e})", "tail")
+            )
+            break
+        if loc is None:
+            if seg.size > end:  # iteration stops quietly at a torn tail
                 problems.append(
                     Problem(
-                        seg.log_path,
-                        f"byte {int(h.position[i])}: batch base offset "
-                        f"{int(h.base_offset[i])} does not follow offset {int(firsts[i])}",
+                        path,
+                        f"{seg.size - end} invalid bytes at the end of the log (after byte {end})",
+                        "tail",
                     )
                 )
-            if (h.base_offset < seg.base_offset).any():
-                problems.append(Problem(seg.log_path, "a batch has offsets below the segment's base offset"))
-            prev_last = int(h.last_offset[-1])
-            end = int(h.position[-1] + h.size[-1])
-        if seg.size > end:  # iteration stops quietly at a torn tail
+            break
+        h = loc.headers
+        try:
+            rs = records.decode(loc.data, path=path, base_position=loc.start)
+        except PylogError as e:
+            problems.append(Problem(path, str(e), "corrupt"))
+            break
+        counts["batches"] += len(h)
+        counts["records"] += len(rs)
+        counts["bytes"] += int(h.size.sum())
+        misnamed = first and int(h.base_offset[0]) < seg.base_offset
+        if misnamed:
             problems.append(
                 Problem(
-                    seg.log_path, f"{seg.size - end} invalid bytes at the end of the log (after byte {end})"
+                    path,
+                    f"its first batch starts at offset {int(h.base_offset[0])}, below {seg.base_offset}, "
+                    "the base offset its file name says (the segment was renamed or copied)",
+                    "misnamed",
                 )
             )
-    except PylogError as e:
-        problems.append(Problem(seg.log_path, str(e)))
+        # the offset each batch must follow: the previous batch's last, and for the first batch of a
+        # segment also its base offset (a misnamed one is reported above: compared with the batches)
+        before = walk.last if misnamed or not first else max(walk.last, expected - 1)
+        prevs = np.concatenate([[before], h.last_offset[:-1]])
+        bad = np.nonzero(h.base_offset <= prevs)[0]
+        if bad.size:
+            i = int(bad[0])
+            problems.append(
+                Problem(
+                    path,
+                    f"byte {int(h.position[i])}: batch base offset {int(h.base_offset[i])} does not follow "
+                    f"offset {int(prevs[i])}",
+                    "order",
+                )
+            )
+        legacy = np.concatenate([[False], h.magic[:-1] < 2]) | (h.magic < 2)
+        gaps = np.nonzero((h.base_offset > prevs + 1) & ~legacy)[0]
+        for i in gaps.tolist():
+            lo, hi = int(prevs[i]) + 1, int(h.base_offset[i])
+            if walk.gap(lo, hi):
+                problems.append(
+                    Problem(
+                        path,
+                        f"offsets {lo}..{hi - 1} are missing: no batch holds them before byte "
+                        f"{int(h.position[i])} (a truncated or damaged segment)",
+                        "missing",
+                    )
+                )
+                break
+        walk.last, walk.file = int(h.last_offset[-1]), path
+        expected = walk.last + 1
+        end = int(h.position[-1] + h.size[-1])
+        first = False
+    walk.end = max(walk.last + 1, seg.base_offset) if first else walk.last + 1
     for idx in (seg.offset_index, seg.time_index, seg.txn_index):
         if idx is not seg.txn_index or root.storage.exists(idx.path):
             try:
                 idx.sanity_check()
             except PylogError as e:
-                problems.append(Problem(idx.path, str(e)))
+                problems.append(Problem(idx.path, str(e), "index"))
     if isinstance(root.storage, LocalStorage):
         problems.extend(_verify_indexes(root.storage, seg))
-    return prev_last
+
+
+def _verify_ends(
+    directory: str,
+    walk: _Walk,
+    active: Any,
+    key: tuple[str, int],
+    high_watermarks: dict[tuple[str, int], int],
+    checkpoints: dict[str, dict[tuple[str, int], int]],
+    problems: list[Problem],
+) -> None:
+    """The log end against the high watermark, and the log start offset against the end."""
+    hw = high_watermarks.get(key)
+    if hw is not None and walk.end < hw:
+        problems.append(
+            Problem(
+                directory,
+                f"the log ends at offset {walk.end} ({active.log_path}), below its high watermark {hw} "
+                f"({pub.STATE_FILE}): offsets {walk.end}..{hw - 1} were acknowledged but no segment "
+                "holds them",
+                "below-high-watermark",
+            )
+        )
+    start = checkpoints[ckpt.LOG_START_OFFSET].get(key)
+    limit = walk.end if hw is None else min(walk.end, hw)
+    if start is not None and start > limit:
+        problems.append(
+            Problem(
+                ckpt.LOG_START_OFFSET,
+                f"{key[0]} {key[1]}: the log start offset {start} is beyond the end of {directory} "
+                f"(offset {limit}): a writer would empty the log",
+                "log-start",
+            )
+        )
 
 
 def _verify_indexes(storage: LocalStorage, seg: Any) -> list[Problem]:
@@ -245,7 +389,7 @@ def _verify_indexes(storage: LocalStorage, seg: Any) -> list[Problem]:
             continue
         err = io.StringIO()
         if dump([str(path)], verify_index_only=True, out=io.StringIO(), err=err) != 0:
-            found.append(Problem(idx.path, err.getvalue().strip() or "index does not match the log"))
+            found.append(Problem(idx.path, err.getvalue().strip() or "index does not match the log", "index"))
     return found
 
 

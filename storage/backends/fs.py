@@ -108,6 +108,11 @@ class Storage(ABC):
     def describe(self) -> str:
         return self.__class__.__name__
 
+    def refresh_snapshot(self) -> bool:
+        """For a storage that shows one snapshot of the root (an object store's manifest), move
+        a reader to the newest one; True if it moved.  A local disk always shows the present."""
+        return False
+
     @staticmethod
     def check_relative(path: str) -> str:
         """Normalise a root-relative path, refusing anything that could leave the root."""

@@ -208,6 +208,18 @@ class ObjectStorage(Storage):
             if doc is None and self.kafka_dir:
                 self._load_kafka_dir()
 
+    def refresh_snapshot(self) -> bool:
+        """A reader whose manifest is older than ``pylog.file_delete_delay_ms`` may find objects
+        of it deleted: move to the newest manifest (readers then continue there from the offset
+        they need, see :mod:`pylog.storage.partition.log`).  Never while this root has changes
+        it has not committed.  True if the manifest changed."""
+        with self._lock:
+            if self.in_transaction or self._dirty:
+                return False
+            before = {p: (e.key, e.size) for p, e in self._base.items()}
+            self.refresh()
+            return {p: (e.key, e.size) for p, e in self._base.items()} != before
+
     def _load_kafka_dir(self) -> bool:
         """A Kafka log directory copied to the store (``<topic>-<p>/<base>.log`` objects, no
         manifest): its objects *are* its files, read-only.  False if there is none here."""

@@ -3,7 +3,9 @@
 Loaded by :mod:`pylog.storage.codec._kernels` into the same namespace as ``_kernels_src`` (plain
 Python and numba-compiled, under the same rules: numpy arrays, ints, no Python objects, no
 index outside its arrays).  The import below is for linters and for importing this file on its
-own; in the loaded copies the names it binds are replaced by that copy's own.
+own; in the loaded copies the names it binds are replaced by that copy's own.  (numba's on-disk
+cache of these functions is keyed on this file only: after changing ``wrap64`` or ``MASK63``,
+touch this file too.)
 """
 
 from pylog.storage.codec._kernels_src import MASK63, wrap64

@@ -273,7 +273,7 @@ def scan_entries(
     elif code == E_TORN_ENTRY and not allow_torn_tail:
         bad = int(status[2])
         declared = (
-            f", the entry declares {int(FIELD['batch_length'].unpack_from(data, bad + AT_LENGTH)[0])}"
+            f", the entry declares {int(FIELD['batch_length'].unpack_from(data.data, bad + AT_LENGTH)[0])}"
             f" + {LOG_OVERHEAD} bytes"
             if end - bad >= LOG_OVERHEAD
             else f", fewer than the {ENTRY_PREFIX}-byte entry prefix"
@@ -399,6 +399,7 @@ __all__ = [
     "FIELD",
     "HEADER",
     "HEADER_AT",
+    "HEADER_FIELDS",
     "HEADER_SIZE",
     "LOG_APPEND_TIME",
     "LOG_OVERHEAD",

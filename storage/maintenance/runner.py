@@ -25,11 +25,10 @@ the budget may then outlast it by its bytes divided by the rate.
 from __future__ import annotations
 
 import functools
-import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, TextIO
+from typing import Any
 
 from pylog.storage.config import CleanerConfig
 from pylog.storage.errors import PylogError
@@ -41,7 +40,8 @@ from pylog.storage.partition.log import Log
 from pylog.storage.root.manager import Root
 
 ProgressFn = Callable[[str, int, int], None]
-"""``progress(what, done, total)``: bytes processed so far of the current log's work."""
+"""``progress(what, done, total)``: bytes processed so far of the current log's work.  The
+``pylog`` commands draw it on a terminal (``pylog.cli.progress``); storage draws nothing."""
 
 
 @dataclass
@@ -315,38 +315,3 @@ class _Steps:
         self.done += n
         if self.fn is not None:
             self.fn(self.what, self.done, self.total)
-
-
-class StderrProgress:
-    """A one-line progress display on stderr, redrawn at most every ``interval`` seconds;
-    silent when the stream is not a terminal."""
-
-    def __init__(self, stream: TextIO | None = None, *, enabled: bool = True, interval: float = 0.2):
-        self.stream = stream or sys.stderr
-        self.enabled = enabled and bool(getattr(self.stream, "isatty", lambda: False)())
-        self.interval = interval
-        self._last = 0.0
-        self._shown = False
-
-    def __call__(self, what: str, done: int, total: int) -> None:
-        if not self.enabled:
-            return
-        t = time.monotonic()
-        if t - self._last < self.interval and done < total:
-            return
-        self._last = t
-        pct = 100.0 * done / total if total else 100.0
-        width = 30
-        fill = min(width, int(width * pct / 100))
-        self.stream.write(
-            f"\r{what[:40]:40s} [{'#' * fill}{'.' * (width - fill)}] {min(pct, 100.0):5.1f}% "
-            f"{done / 1e6:,.1f}/{total / 1e6:,.1f} MB"
-        )
-        self.stream.flush()
-        self._shown = True
-
-    def close(self) -> None:
-        if self._shown:
-            self.stream.write("\n")
-            self.stream.flush()
-            self._shown = False

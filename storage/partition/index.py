@@ -289,8 +289,8 @@ class _IndexFile:
         of order (0-based, as ``pylog dump`` numbers them)."""
         if values.shape[0] < 2:
             return
-        step = np.diff(values)
-        bad = np.nonzero(step <= 0 if strict else step < 0)[0]
+        prev, cur = values[:-1], values[1:]  # (compared, not subtracted: no int64 overflow)
+        bad = np.nonzero(cur <= prev if strict else cur < prev)[0]
         if bad.size:
             i = int(bad[0]) + 1
             raise self._corrupt(
@@ -621,7 +621,9 @@ class TxnIndex(_IndexFile):
         bad = np.nonzero(first > last)[0]
         if bad.size:
             i = int(bad[0])
-            raise self._corrupt(f"entry {i} has firstOffset {int(first[i])} above its lastOffset {int(last[i])}")
+            raise self._corrupt(
+                f"entry {i} has firstOffset {int(first[i])} above its lastOffset {int(last[i])}"
+            )
 
 
 __all__ = [

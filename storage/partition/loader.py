@@ -15,6 +15,8 @@
    the active segment is checked (from its last index entry: cheap); a damaged one is recovered
    the same way before anything is appended behind it.  What was found and lost is reported.
 4. A log whose end is below the log start offset is emptied and restarted there.
+5. Given the high watermark (the end of acknowledged data), a writer truncates what lies past
+   it (written by a publish that never completed; reported as ``unpublished_bytes``).
 
 Only content proven invalid (a bad CRC, size or offset) is ever truncated.  An I/O error (a full
 disk, a failing one: any ``OSError``) stops the load with a :class:`StorageError` naming the
@@ -36,6 +38,7 @@ from typing import Any
 from pylog.storage.backends.fs import Storage, join
 from pylog.storage.config import LogConfig
 from pylog.storage.errors import StorageError
+from pylog.storage.partition.listing import reader_segments
 from pylog.storage.partition.log import Log, now_ms
 from pylog.storage.partition.segment import LogSegment
 
@@ -101,14 +104,27 @@ def load_log(
     log_start_offset: int = 0,
     had_clean_shutdown: bool = False,
     read_only: bool = False,
+    high_watermark: int | None = None,
 ) -> LoadResult:
     """Load (a writer: and recover) the log in ``directory``; see the module docstring.
 
     Raises :class:`StorageError` naming the file for an I/O error."""
     try:
-        return _load_log(
+        result = _load_log(
             storage, directory, config, recovery_point, log_start_offset, had_clean_shutdown, read_only
         )
+        lg = result.log
+        lg.high_watermark = high_watermark
+        if not read_only and high_watermark is not None and lg.log_end_offset > high_watermark:
+            # written by a publish that never completed: never visible, so roll it back
+            result.recovery.unpublished_bytes = lg.truncate_to(high_watermark)
+            log.warning(
+                "%s: removed %d unacknowledged bytes past the high watermark %d",
+                directory,
+                result.recovery.unpublished_bytes,
+                high_watermark,
+            )
+        return result
     except OSError as e:
         where = e.filename if e.filename is not None else directory
         mode = "reading" if read_only else "loading and recovering"
@@ -143,10 +159,14 @@ def _load_log(
             if p and not p[2] and p[1] in ("index", "timeindex", "txnindex") and p[0] not in logs:
                 storage.delete(join(directory, n))
                 rec.removed_files.append(n)
-    nexts = [*logs[1:], None]
-    segments = [LogSegment(storage, directory, b, config, next_base_offset=n) for b, n in zip(logs, nexts)]
-    if read_only:
-        segments = _with_pending_swaps(storage, directory, config, names, segments)
+    nexts = [*logs[1:], None][: len(logs)]
+    segments = [
+        LogSegment(storage, directory, b, config, next_base_offset=n)
+        for b, n in zip(logs, nexts, strict=True)
+        if not read_only
+    ]
+    if read_only:  # a reader beside a live writer: see listing (and Log's "reading beside a writer")
+        segments = reader_segments(storage, directory, config)
     else:
         # after an unclean shutdown, the segment holding the recovery point and all later ones
         # are recovered (their indexes rebuilt); the others' indexes are checked
@@ -228,32 +248,6 @@ def _remove_temp_files_and_complete_swaps(
     storage.fsync_dir(directory)
 
 
-def _with_pending_swaps(
-    storage: Storage, directory: str, config: LogConfig, names: list[str], segments: list[LogSegment]
-) -> list[LogSegment]:
-    """A reader's view of a replacement that is in progress, or was interrupted by a crash,
-    changing nothing on disk: the ``.swap`` segments a writer's recovery would complete (those
-    below the smallest ``.cleaned`` base offset) take the place of the segments they cover, so
-    a reader sees the state before or after the replacement, never the hole left while old
-    segments are already ``.deleted`` and the new ones still ``.swap`` (found by the campaign)."""
-    parsed = [p for n in names if (p := _parse(n))]
-    cleaned = [base for base, _, suffix in parsed if suffix == ".cleaned"]
-    min_cleaned = min(cleaned) if cleaned else None
-    swaps = sorted(
-        base
-        for base, kind, suffix in parsed
-        if suffix == ".swap" and kind == "log" and (min_cleaned is None or base < min_cleaned)
-    )
-    if not swaps:
-        return segments
-    swapped = [LogSegment(storage, directory, b, config, suffix=".swap") for b in swaps]
-    lo = swapped[0].base_offset
-    hi = max(s.read_next_offset() for s in swapped)
-    # a swap emptied by compaction ends at its base: the segment of the same name is replaced too
-    kept = [s for s in segments if not (lo <= s.base_offset < hi or s.base_offset in swaps)]
-    return sorted(kept + swapped, key=lambda s: s.base_offset)
-
-
 def _sanity_check_or_rebuild(seg: LogSegment, rec: Recovery) -> None:
     missing, damaged = seg.missing_indexes(), seg.index_problems()
     if not missing and not damaged:
@@ -270,7 +264,9 @@ def _sanity_check_or_rebuild(seg: LogSegment, rec: Recovery) -> None:
         rec.truncated_bytes += truncated
 
 
-def _recover_from(segments: list[LogSegment], first: int, storage: Storage, directory: str, rec: Recovery) -> None:
+def _recover_from(
+    segments: list[LogSegment], first: int, storage: Storage, directory: str, rec: Recovery
+) -> None:
     """Recover ``segments[first:]``; at the first invalid byte, delete the later segments and
     truncate (deletions first: a load interrupted between them finds the same damage again)."""
     i = first

@@ -5,6 +5,33 @@ roll to a new segment on ``segment.bytes``, ``segment.ms`` (by record time, with
 a full index, or a relative-offset overflow; reads find the floor segment with a binary search
 over segment base offsets, then the index, then scan forward; timestamp lookups go through
 the time indexes.  Recovery and loading live in :mod:`loader`.
+
+Reading beside a writer.  A read-only log (a lock-free reader: Spark tasks, ``pylog consume``)
+holds a list of segments taken from a listing of the directory (:mod:`listing`) and opens
+their files by name when it reads, while the writer replaces segments (compaction, merges) and
+removes them (retention).  A Kafka broker's in-flight fetch keeps the file it has open; a
+reader here has only the name, so every conclusion a read draws from the list is checked
+against the directory before it is used:
+
+* a read that fails (a file renamed or deleted meanwhile, bytes that do not decode) lists the
+  directory again and continues on the new list from the offset it needs; the same files
+  failing twice is a real error, and raised;
+* a read that finds nothing in a segment and goes on to a later one, or ends, concludes that
+  the offsets in between do not exist: it does so only once the files it looked in are still
+  there with the sizes they were listed with, else it lists again and reads from the same
+  offset (so a listing that went stale before its files were opened, or one taken in the
+  middle of a swap, never makes it skip offsets);
+* segments that retention removed while the reader needed them are read from their
+  ``.deleted`` files, which stay ``file.delete.delay.ms`` (default 60 s); a reader slower than
+  that gets an :class:`OffsetOutOfRangeError` naming the delay.
+
+On an object store the reader's files are those of one manifest, which never change.  Objects
+that later manifests no longer use (replaced by compaction and merges, removed by retention)
+are deleted ``pylog.file_delete_delay_ms`` (60 s) after they were superseded; a read of one
+makes the reader move to the newest manifest (:meth:`Storage.refresh_snapshot`) and continue
+there the same way.  Compaction and merges never make a read fail or skip an offset, however
+long it takes; retention does only when it removed offsets the reader had not read yet and their
+delete delay passed, and that is reported as above.
 """
 
 from __future__ import annotations
@@ -12,7 +39,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -21,14 +48,25 @@ from pylog.storage.backends.fs import Storage
 from pylog.storage.codec import batch as B
 from pylog.storage.codec import compression, records
 from pylog.storage.config import LogConfig
-from pylog.storage.errors import InvalidOffsetError, OffsetOutOfRangeError, RecordTooLargeError
-from pylog.storage.partition import transactions
+from pylog.storage.errors import (
+    InvalidOffsetError,
+    OffsetOutOfRangeError,
+    PylogError,
+    RecordTooLargeError,
+    StorageError,
+)
+from pylog.storage.partition import layout, listing, transactions
 from pylog.storage.partition.segment import INT32_MAX, LogSegment
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 DEFAULT_FETCH_BYTES = 8 << 20
+_RELISTS = 100
+"""Listings in a row a read-only read may take because the files changed under it (each time it
+makes no progress) before it gives up."""
+
+T = TypeVar("T")
 
 
 def now_ms() -> int:
@@ -84,8 +122,15 @@ class Log:
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self.high_watermark: int | None = None
         """End of acknowledged data (set by the log manager); readers never go beyond it."""
+        self.damage: list[layout.Damage] = []
+        """Offsets found damaged when a reader opened the log (set by the log manager): reading
+        them raises :class:`DamagedLogError`, and the log end offset covers them."""
+        self._layout_checked: layout.Checked = set()
         self.step_hook: Callable[[str], None] | None = None
         """Called with the name of each step of a multi-step change (crash-point tests)."""
+        self._opened_ms = now_ms()  # (a read-only log's messages)
+        self.relistings = 0
+        """Times a read-only log listed its directory again because the files changed under it."""
 
     # ------------------------------------------------------------------ state
 
@@ -97,10 +142,12 @@ class Log:
     def log_end_offset(self) -> int:
         """The offset after the last record; for a read-only log, capped at the high watermark
         (the end of acknowledged data, see :mod:`publish`)."""
-        leo = self.active.read_next_offset()
-        if self.read_only and self.high_watermark is not None:
-            return min(leo, self.high_watermark)
-        return leo
+        if not self.read_only:
+            return self.active.read_next_offset()
+        leo = self._consistently(lambda segs: segs[-1].read_next_offset())
+        if self.high_watermark is not None:
+            leo = min(leo, self.high_watermark)
+        return max([leo, *(d.end for d in self.damage)])
 
     @property
     def size(self) -> int:
@@ -324,13 +371,8 @@ class Log:
         """Whole batches from the one holding ``offset`` (the first at or after it, across
         gaps): (position in its segment, a read-only view of the bytes).  Empty at the LEO."""
         self._check_range(offset)
-        for seg in self.segments[self._floor_index(offset) :]:
-            if max_offset is not None and seg.base_offset >= max_offset:
-                break
-            got = seg.read(offset, max_bytes)
-            if got is not None:
-                return got
-        return 0, memoryview(b"")
+        got = self._fetch(offset, max_offset, max_bytes, bound_reads=False)
+        return (0, memoryview(b"")) if got is None else (got[1], got[2])
 
     def iter_record_sets(
         self, start: int | None = None, end: int | None = None, *, max_bytes: int = DEFAULT_FETCH_BYTES
@@ -340,23 +382,114 @@ class Log:
         offset = self.log_start_offset if start is None else start
         end = self.log_end_offset if end is None else min(end, self.log_end_offset)
         self._check_range(offset)
+        self._check_damage(offset, end)
+        relists = 0
         while offset < end:
-            seg_i = self._floor_index(offset)
-            got = None
-            for seg in self.segments[seg_i:]:
-                # read no further than the index says offsets below ``end`` can be (a few records
-                # of a large segment on an object store cost one small ranged GET)
-                got = seg.read(offset, max_bytes, max_position=seg.upper_position(end))
-                if got is not None:
-                    pos, data = got
-                    break
-            if got is None or not data:
+            got = self._fetch(offset, end, max_bytes, bound_reads=True)
+            if got is None:
+                if not self.config.compact:  # offsets skipped: a renamed segment may hold them
+                    problem = layout.gap_problem(self.segments, offset, self._layout_checked)
+                    if problem is not None:
+                        raise layout.damaged_log_error(self.directory, [problem], writer=False)
                 return
-            rs = records.decode(data, path=seg.log_path, base_position=pos)
-            if len(rs.batches) == 0:
-                return
+            rs = got[3]
+            assert rs is not None
+            if self._read_contradicts_names(got[0], offset, rs, relist=relists < _RELISTS):
+                relists += 1
+                continue  # the files changed under the read: read again on the fresh listing
             yield rs
             offset = int(rs.batches.last_offset[-1]) + 1
+
+    def _check_damage(self, start: int, end: int) -> None:
+        hit = [d.problem for d in self.damage if d.start < end and start < d.end]
+        if hit:
+            raise layout.damaged_log_error(self.directory, hit, writer=False)
+
+    def _read_contradicts_names(
+        self, seg: LogSegment, offset: int, rs: records.RecordSet, *, relist: bool
+    ) -> bool:
+        """Raise :class:`DamagedLogError` when batches read from ``seg`` contradict the segments'
+        names (a renamed, copied or overlapping segment, see :mod:`layout`): never fewer rows.
+        A read-only log first lists its directory again: True when it changed (read again)."""
+        j = next((i for i, s in enumerate(self.segments) if s is seg), None)
+        if j is None:
+            return False
+        try:
+            problem = layout.read_problem(
+            self.segments, j, offset, rs.batches, self._layout_checked, gaps=not self.config.compact
+        )
+        except (OSError, PylogError):
+            if not (self.read_only and relist):
+                raise
+            self._relist(refresh=True)  # a file of the list renamed meanwhile: read again
+            return True
+        if problem is None:
+            return False
+        if self.read_only and relist and self._relist(refresh=True):
+            return True
+        raise layout.damaged_log_error(self.directory, [problem], writer=False)
+
+    def _fetch(
+        self, offset: int, end: int | None, max_bytes: int, *, bound_reads: bool
+    ) -> tuple[LogSegment, int, memoryview, records.RecordSet | None] | None:
+        """The batches from the first one holding an offset >= ``offset`` (below ``end``):
+        (segment, position, bytes, decoded record set when ``bound_reads``), None if there is
+        none.  ``bound_reads``: read no further than the index says offsets below ``end`` can
+        be (a few records of a large segment on an object store cost one small ranged GET).
+
+        For a read-only log, see the module docstring: a failure is retried on a fresh listing
+        when the files changed, and a conclusion that offsets do not exist is checked."""
+        last: BaseException | None = None
+        failed: list[tuple[str, int]] | None = None
+        for _ in range(_RELISTS):
+            segs, bases = self.segments, self._bases
+            if self.read_only and offset < segs[0].base_offset:
+                # a list taken after retention removed segments the reader still needs: see
+                # whether their .deleted files are there
+                self._relist()
+                if offset < self.segments[0].base_offset:
+                    raise self._removed(offset)
+                continue
+            try:
+                i, k, got = self._locate(segs, bases, offset, end, max_bytes, bound_reads)
+                rs = None
+                if got is not None and bound_reads:
+                    pos, data = got
+                    rs = records.decode(data, path=segs[k].log_path, base_position=pos)
+            except (OSError, PylogError) as e:
+                if not self.read_only or isinstance(e, OffsetOutOfRangeError) or _files(segs) == failed:
+                    raise  # (the same files failed twice: a real failure)
+                failed, last = _files(segs), e
+                self._relist(refresh=True)
+                continue
+            if not self.read_only or k == i or self._still_listed(segs, i, k):
+                if got is None or not got[1] or (rs is not None and len(rs.batches) == 0):
+                    return None
+                return segs[k], got[0], got[1], rs
+            self._relist()
+        raise self._unsettled(f"reading offset {offset}") from last
+
+    @staticmethod
+    def _locate(
+        segs: list[LogSegment],
+        bases: np.ndarray,
+        offset: int,
+        end: int | None,
+        max_bytes: int,
+        bound_reads: bool,
+    ) -> tuple[int, int, tuple[int, memoryview] | None]:
+        """(index of the floor segment of ``offset``, index of the segment the batches come from
+        (``len(segs)``, or the first one at or above ``end``, when there are none), the batches)."""
+        i = max(0, int(np.searchsorted(bases, offset, side="right")) - 1)
+        for k in range(i, len(segs)):
+            seg = segs[k]
+            if end is not None and seg.base_offset >= end:
+                return i, k, None
+            bound = seg.upper_position(end) if bound_reads and end is not None else None
+            got = seg.read(offset, max_bytes, max_position=bound)
+            if got is not None:
+                return i, k, got
+        return i, len(segs), None
 
     def read_table(
         self, start: int | None = None, end: int | None = None, *, include_control: bool = False
@@ -381,7 +514,10 @@ class Log:
             return TimestampOffset(self.log_end_offset, -1)
         if timestamp == MAX_TIMESTAMP:
             return self._max_timestamp_offset()
-        largest = np.array([s.largest_timestamp for s in self.segments], dtype=np.int64)
+        return self._consistently(lambda segs: self._search_timestamp(segs, timestamp), check=True)
+
+    def _search_timestamp(self, segs: list[LogSegment], timestamp: int) -> TimestampOffset | None:
+        largest = np.array([s.largest_timestamp for s in segs], dtype=np.int64)
         candidates = largest >= timestamp
         if self.read_only and candidates.size:
             # a reader knows only the time indexes on disk: the newest records of the active
@@ -390,17 +526,128 @@ class Log:
             candidates[-1] = True
             candidates |= largest < 0
         for i in np.nonzero(candidates)[0].tolist():
-            found = self.segments[i].find_offset_by_timestamp(timestamp, self.log_start_offset)
+            found = segs[i].find_offset_by_timestamp(timestamp, self.log_start_offset)
             if found is not None:
                 return TimestampOffset(found[0], found[1])
         return None
 
     def _max_timestamp_offset(self) -> TimestampOffset | None:
-        largest = np.array([s.largest_timestamp for s in self.segments], dtype=np.int64)
-        if largest.size == 0 or largest.max() < 0:
-            return None
-        seg = self.segments[int(np.argmax(largest))]
-        return TimestampOffset(seg.offset_of_max_timestamp, seg.largest_timestamp)
+        def search(segs: list[LogSegment]) -> TimestampOffset | None:
+            largest = np.array([s.largest_timestamp for s in segs], dtype=np.int64)
+            if largest.size == 0 or largest.max() < 0:
+                return None
+            seg = segs[int(np.argmax(largest))]
+            return TimestampOffset(seg.offset_of_max_timestamp, seg.largest_timestamp)
+
+        return self._consistently(search, check=True)
+
+    # ------------------------------------------------------------------ reading beside a writer
+
+    def read_consistently(self, fn: Callable[[list[LogSegment]], T]) -> T:
+        """``fn(segments)``, a read of this log's segments that must see all of them (the
+        aborted transactions of a range, say).  For a read-only log it runs again on a fresh
+        listing until the segment files did not change under it (see the module docstring)."""
+        return self._consistently(fn, check=True)
+
+    def _consistently(self, fn: Callable[[list[LogSegment]], T], *, check: bool = False) -> T:
+        """``fn(segments)``; for a read-only log, again on a fresh listing after a failure when
+        the files changed, and with ``check``, until a listing taken after it still has the
+        same files (what it did not find is then really not there)."""
+        if not self.read_only:
+            return fn(self.segments)
+        last: BaseException | None = None
+        failed: list[tuple[str, int]] | None = None
+        for _ in range(_RELISTS):
+            segs = self.segments
+            try:
+                out = fn(segs)
+            except (OSError, PylogError) as e:
+                if isinstance(e, OffsetOutOfRangeError) or _files(segs) == failed:
+                    raise  # (the same files failed twice: a real failure)
+                failed, last = _files(segs), e
+                self._relist(refresh=True)
+                continue
+            if not check or self._still_listed(segs, 0, len(segs)):
+                return out
+            self._relist()
+        raise self._unsettled("reading it") from last
+
+    def _still_listed(self, segs: list[LogSegment], i: int, k: int) -> bool:
+        """Whether ``segs[i:k]`` are still the files of the directory for their offsets, so that
+        what a read did not find in them is really not there: each ``.log`` is still there with
+        the size it was listed with (the last of ``segs``, the active segment, may have grown).
+
+        That suffices because a writer never gives a new file a name between two existing
+        segments: compaction and merges name what replaces a run of segments after the first
+        of the run, retention only removes, a roll adds a segment after the last one.  A
+        replaced or removed segment is renamed (its file goes) or rewritten (its size changes:
+        a rewrite to the same size holds the same batches).  ``.deleted`` segments (see
+        :meth:`_relist`) are files of a replaced layout, never renamed again."""
+        for s in segs[i:k]:
+            if s.suffix == ".deleted":
+                continue
+            try:
+                size = self.storage.size(s.log_path) if self.storage.exists(s.log_path) else -1
+            except (OSError, PylogError):
+                return False  # gone between the two calls
+            if size != s.size and not (s is segs[-1] and size > s.size):
+                return False
+        return True
+
+    def _relist(self, *, refresh: bool = False) -> bool:
+        """List the directory again (with ``refresh``, on the storage's newest snapshot, see
+        :meth:`Storage.refresh_snapshot`): the segments are the live ones, preceded by the
+        ``.deleted`` files of those the current list has below them (removed by retention
+        since it was taken; readable until ``file.delete.delay.ms`` passes).  Returns whether
+        anything changed: other files, or (with ``refresh``) a newer snapshot."""
+        refreshed = self.storage.refresh_snapshot() if refresh else False
+        fresh = listing.reader_segments(self.storage, self.directory, self.config)
+        first = fresh[0].base_offset if fresh else None
+        retired = self._retired(first)
+        segments = retired + fresh
+        if not segments:
+            raise StorageError(
+                f"{self.storage.describe()}/{self.directory}: the log has no segment files any more "
+                "(was the partition deleted?)"
+            )
+        changed = refreshed or _files(segments) != _files(self.segments)
+        self.segments = segments
+        self._bases = np.array([s.base_offset for s in segments], dtype=np.int64)
+        self.relistings += 1
+        return changed
+
+    def _retired(self, first: int | None) -> list[LogSegment]:
+        """The current list's segments below ``first`` (all when None) as their ``.deleted``
+        files: those from the last one that is gone on, so that they reach the live ones
+        without a hole."""
+        out: list[LogSegment] = []
+        for s in self.segments:
+            if first is not None and s.base_offset >= first:
+                break
+            d = s
+            if s.suffix != ".deleted":  # the file is the one listed, or a newer one covering more
+                d = LogSegment(self.storage, self.directory, s.base_offset, self.config, suffix=".deleted")
+            if d.size or self.storage.exists(d.log_path):
+                out.append(d)
+            else:
+                out = []
+        return out
+
+    def _removed(self, offset: int) -> OffsetOutOfRangeError:
+        first = self.segments[0].base_offset
+        return OffsetOutOfRangeError(
+            f"{self.directory}: offsets [{offset}, {first}) were removed by retention while this reader "
+            f"read them (it opened the log {now_ms() - self._opened_ms} ms ago); the files of removed "
+            f"segments stay readable for file.delete.delay.ms={self.config.file_delete_delay_ms} ms (on an "
+            "object store: its objects, for the storage option pylog.file_delete_delay_ms): read them "
+            "within that time, or raise it"
+        )
+
+    def _unsettled(self, what: str) -> StorageError:
+        return StorageError(
+            f"{self.storage.describe()}/{self.directory}: the segment files changed {_RELISTS} times in a "
+            f"row while {what}; is more than one writer rewriting them?"
+        )
 
     # ------------------------------------------------------------------ truncation
 
@@ -528,6 +775,11 @@ class Log:
         for seg in self.segments:
             seg.close_files()
         self.delete_pending(force=True)
+
+
+def _files(segments: list[LogSegment]) -> list[tuple[str, int]]:
+    """The ``.log`` files of a list of segments, and their sizes, as listed."""
+    return [(s.log_path, s.size) for s in segments]
 
 
 def _jitter(base_offset: int, config: LogConfig) -> int:

@@ -11,11 +11,12 @@ written since the last entry, exactly as Kafka's recovery rebuilds them, so that
 Files always hold exactly their entries (no preallocation), which is what Kafka requires of
 inactive segments and accepts for the active one.
 
-Damaged indexes are never trusted to skip rows: every index is checked when it is loaded (see
-:mod:`index`; for the offset index also that its last entry points at a batch holding no
-offset above it), and each index-guided scan checks that the entry it starts from points at a
-batch starting at or below the entry's offset.  An index failing either is ignored: the
-segment is scanned from its start, and the writer's loader rebuilds it.
+Damaged indexes are never trusted to skip rows: every index is checked (vectorized, no I/O)
+when it is loaded (see :mod:`index`), and each index-guided scan checks that the entry it
+starts from points at a batch starting at or below the entry's offset.  An index failing
+either is ignored: the segment is scanned from its start.  A writer's loader also checks that
+the last offset-index entry points at a batch (:meth:`LogSegment.index_problems`) and rebuilds
+an index failing any check.
 
 I/O errors raise ``OSError`` naming the file (see :func:`index.naming_os_errors`), and a
 write that stores fewer bytes than asked is one (``ENOSPC``).
@@ -151,7 +152,7 @@ class LogSegment:
         self.open_for_append()
         assert self._file is not None
         start = self._size
-        view = memoryview(data if not isinstance(data, np.ndarray) else data.data)
+        view = memoryview(data if not isinstance(data, np.ndarray) else data.data).cast("B")
         with naming_os_errors(self.log_path):
             check_written(self.log_path, self._file.write(view), view.nbytes)
         if self.rolling_based_timestamp is None and self._size == 0:
@@ -283,40 +284,40 @@ class LogSegment:
         """:meth:`OffsetIndex.upper_position`, or None (the end) when the index is not trusted."""
         return self.offset_index.upper_position(end) if self._index_trusted else None
 
-    def _batch_problem(self, position: int, offset: int, size: int) -> str | None:
+    def _batch_problem(self, position: int, offset: int) -> str | None:
         """Why no batch whose offsets end at or below ``offset`` starts at ``position`` (None:
-        one does).  Reads the 27 bytes of its header up to its lastOffsetDelta."""
+        one does; it may be cut short, which is the ``.log``'s damage, not the index's).  Reads
+        the 27 bytes of its header up to its lastOffsetDelta."""
         with naming_os_errors(self.log_path):
-            raw = self.storage.read(self.log_path, position, min(size, position + _BATCH_PREFIX))
+            raw = self.storage.read(self.log_path, position, min(self._size, position + _BATCH_PREFIX))
         if len(raw) < 17:
-            return f"fewer than the 17 bytes of a batch header at byte {position} of {size}"
+            return f"fewer than the 17 bytes of a batch header at byte {position} of {self._size}"
         first = int.from_bytes(raw[0:8], "big", signed=True)
         length = int.from_bytes(raw[8:12], "big", signed=True)
         magic = raw[16]
-        if magic > 2 or length < _MIN_BATCH_LENGTH[magic] or position + 12 + length > size:
-            return f"no batch starts at byte {position} (magic {magic}, size field {length}, file size {size})"
+        if magic > 2 or length < _MIN_BATCH_LENGTH[magic]:
+            return f"no batch starts at byte {position} (magic {magic}, size field {length})"
         last = first  # a legacy entry's offset is its last offset
         if magic == 2:
             if len(raw) < _BATCH_PREFIX:
                 return f"the batch header at byte {position} is cut short"
             last = first + int.from_bytes(raw[23:27], "big", signed=True)
         if not self.base_offset <= first <= last <= offset:
-            return f"the batch at byte {position} holds offsets {first}..{last}, not ending at or below {offset}"
+            return (
+                f"the batch at byte {position} holds offsets {first}..{last}, not ending at or below {offset}"
+            )
         return None
 
     def _validate_offset_index(self) -> None:
-        """Run when the offset index is loaded: its entries fit the segment and the last one
-        points at a batch (see :mod:`index`).  A reader's size of the active segment may be
-        older than the index: the file's current size bounds the positions then."""
+        """Run when the offset index is loaded (no I/O but, rarely, a size): its entries fit the
+        segment (see :mod:`index`).  A reader's size of the active segment may be older than
+        the index: the file's current size bounds the positions then.  (Each entry is checked
+        against the ``.log`` when a scan starts from it, see :meth:`_batches_for`.)"""
         idx = self.offset_index
-        last_offset, last_position = idx.lookup(MAX_OFFSET)
         size = self._size
-        if last_position >= size and self.read_size() > size:
-            size = self.read_size()
+        if idx.lookup(MAX_OFFSET)[1] >= size:
+            size = max(size, self.read_size())
         idx.check_entries(log_size=size, end_offset=self.next_base_offset)
-        problem = self._batch_problem(last_position, last_offset, size)
-        if problem is not None:
-            raise CorruptIndexError(f"last entry (offset {last_offset}): {problem}", path=idx.path)
 
     def _validate_time_index(self) -> None:
         self.time_index.check_entries(end_offset=self.next_base_offset)
@@ -347,6 +348,12 @@ class LogSegment:
                 )
             except CorruptIndexError as e:
                 problems.append(str(e))
+                continue
+            if idx is self.offset_index and len(idx):
+                last_offset, last_position = idx.lookup(MAX_OFFSET)
+                problem = self._batch_problem(last_position, last_offset)
+                if problem is not None:
+                    problems.append(f"{idx.path}: last entry (offset {last_offset}): {problem}")
         return problems
 
     def _invalid_batches(self, loc: Located, prev_last: int) -> np.ndarray:

@@ -35,12 +35,12 @@ from pylog.storage.backends.fs import LocalStorage, Storage
 from pylog.storage.backends.objectfs import ObjectStorage
 from pylog.storage.backends.objectstore import is_object_url
 from pylog.storage.config import LogConfig, validate_topic_name
-from pylog.storage.errors import ConfigError, PylogError, ReadOnlyError, TopicExistsError
+from pylog.storage.errors import ConfigError, DamagedLogError, PylogError, ReadOnlyError, TopicExistsError
 from pylog.storage.partition.loader import Recovery
 from pylog.storage.partition.log import AppendInfo, Log
 from pylog.storage.root import publish as pub
 from pylog.storage.root import reading, writer
-from pylog.storage.root.metadata import TopicMetadata, partition_dir, positive_count
+from pylog.storage.root.metadata import MAX_PARTITIONS, TopicMetadata, partition_count, partition_dir
 from pylog.storage.root.routing import Router
 from pylog.storage.root.schema import TABLE_SCHEMA
 from pylog.storage.root.txn import Transactions, mutation
@@ -107,7 +107,7 @@ class Root(Transactions):
         >>> root.close()
         """
         validate_topic_name(name)
-        positive_count(partitions, "partitions")
+        partition_count(partitions)
         cfg = LogConfig.from_dict(config or {})
         self._ensure_writer()
         if name in self._meta:
@@ -128,9 +128,14 @@ class Root(Transactions):
     def add_partitions(self, topic: str, count: int) -> int:
         """Add ``count`` partitions to ``topic`` (Kafka's ``CreatePartitions``; partitions are
         never removed, and keys may map to other partitions afterwards).  Returns the new total."""
-        positive_count(count, "count")
+        partition_count(count, "count")
         self._ensure_writer()
         old = self.partitions(topic)
+        if old + count > MAX_PARTITIONS:
+            raise ConfigError(
+                f"topic {topic!r} has {old} partitions: adding {count} would exceed the limit of "
+                f"{MAX_PARTITIONS}"
+            )
         for p in range(old, old + count):
             self.storage.makedirs(partition_dir(topic, p))
         self._meta.set_partitions(topic, old + count)
@@ -179,7 +184,7 @@ class Root(Transactions):
         key = (topic, int(partition))
         lg = self._logs.get(key)
         if lg is None:
-            lg, recovery = writer.open_log(
+            lg, _ = writer.open_log(
                 self.storage,
                 topic,
                 int(partition),
@@ -190,15 +195,79 @@ class Root(Transactions):
                 log_start_offset=self._start_offsets.get(key, 0),
                 high_watermark=self._state.high_watermarks.get(key),
                 step_hook=self._step,  # the root's hook sees the steps of its logs too
+                recoveries=self.recoveries,
             )
-            if recovery is not None:
-                self.recoveries.append(recovery)
             self._logs[key] = lg
         return lg
 
     def writable_log(self, topic: str, partition: int) -> Log:
         self._ensure_writer()
         return self.log(topic, partition)
+
+    @mutation
+    def recover(self, *, accept_data_loss: bool = False) -> list[writer.Repair]:
+        """Open every partition as the writer (recovering what a crash left, see
+        :attr:`recoveries`) and repair the damaged ones (:class:`DamagedLogError`: files removed,
+        renamed or copied from outside; see :mod:`~pylog.storage.root.writer`).
+
+        A repair that loses nothing (renaming a misnamed segment, dropping a log-start
+        checkpoint entry beyond the end) is applied.  One that loses data (removing a segment
+        whose offsets another one holds, lowering the high watermark to the log end) is applied
+        only with ``accept_data_loss``; otherwise it is returned unapplied, stating in ``lost``
+        what it would lose, and the partition stays refused to writers.  Returns the repairs of
+        the damaged partitions (empty: none was damaged)."""
+        self._ensure_writer()
+        repairs = []
+        for topic in self.topics():
+            for p in range(self.partitions(topic)):
+                repair = self._repair(topic, p, accept_data_loss)
+                if repair is not None:
+                    repairs.append(repair)
+        self.checkpoint()
+        return repairs
+
+    def _repair(self, topic: str, partition: int, accept_data_loss: bool) -> writer.Repair | None:
+        key = (topic, partition)
+        first: writer.Repair | None = None
+        for _ in range(3):  # recovery may find invalid bytes once the names are right: plan again
+            try:
+                self.log(topic, partition)
+                return first
+            except DamagedLogError as e:
+                plan = writer.plan_repair(
+                    self.storage,
+                    topic,
+                    partition,
+                    self.config(topic),
+                    problems=e.problems,
+                    log_start_offset=self._start_offsets.get(key, 0),
+                    high_watermark=self._state.high_watermarks.get(key),
+                )
+            if first is not None:  # a second round: report its steps with the first
+                first.problems += plan.problems
+                first.renames += plan.renames
+                first.removals += plan.removals
+                first.lost += plan.lost
+                first.lost_records += plan.lost_records
+                first.lost_offsets += plan.lost_offsets
+                first.reset_log_start = first.reset_log_start or plan.reset_log_start
+                if plan.high_watermark is not None:
+                    old = first.high_watermark[0] if first.high_watermark else plan.high_watermark[0]
+                    first.high_watermark = (old, plan.high_watermark[1])
+            first = first or plan
+            if plan.lost and not accept_data_loss:
+                first.applied = False
+                return first
+            writer.apply_repair(self.storage, plan)
+            if plan.reset_log_start is not None:
+                self._start_offsets.pop(key, None)
+                self.checkpoint()
+            if plan.high_watermark is not None:
+                self._state.high_watermarks[key] = plan.high_watermark[1]
+                pub.write_state(self.storage, self._state)
+            first.applied = True
+        self.log(topic, partition)  # still damaged: raises
+        return first
 
     # ------------------------------------------------------------------ data
 

@@ -32,11 +32,26 @@ def partition_dir(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
 
 
-def positive_count(value: Any, name: str) -> int:
-    """``value`` if it is a positive integer (a partition count), else a :class:`ConfigError`."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-    return value
+MAX_PARTITIONS = 1 << 20
+"""The most partitions a topic may have (1048576): far above what one root holds in practice
+(each partition is a directory with at least one segment), low enough that a typo cannot
+create millions of directories."""
+
+
+def partition_count_problem(value: Any, name: str = "partitions") -> str | None:
+    """Why ``value`` is not a valid partition count (an integer in 1..:data:`MAX_PARTITIONS`), or None."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_PARTITIONS:
+        return f"{name} must be an integer in [1, {MAX_PARTITIONS}], got {value!r}"
+    return None
+
+
+def partition_count(value: Any, name: str = "partitions") -> int:
+    """``value`` if it is a valid partition count (see :func:`partition_count_problem`), else a
+    :class:`ConfigError`; checked before anything is written."""
+    problem = partition_count_problem(value, name)
+    if problem is not None:
+        raise ConfigError(problem)
+    return int(value)
 
 
 def explicit_configs(cfg: LogConfig) -> dict[str, str]:
@@ -61,6 +76,12 @@ class TopicMetadata:
         for name in storage.listdir(""):
             m = _PARTITION_DIR.match(name)
             if m and storage.isdir(name):
+                if int(m.group(2)) >= MAX_PARTITIONS:
+                    raise CorruptMetadataError(
+                        f"{storage.describe()}/{name}: a partition directory beyond the limit of "
+                        f"{MAX_PARTITIONS} partitions per topic (no {TOPICS_FILE} says which topics "
+                        "there are)"
+                    )
                 inferred[m.group(1)] = max(inferred.get(m.group(1), 0), int(m.group(2)) + 1)
         return cls(storage, {t: {"partitions": n, "config": {}} for t, n in inferred.items()})
 
@@ -117,9 +138,9 @@ def _parse(data: bytes, path: str) -> dict[str, dict[str, Any]]:
             raise ValueError(f"unsupported version {doc.get('version')!r}")
         out = {str(k): dict(v) for k, v in topics.items()}
         for name, entry in out.items():
-            n = entry.get("partitions")
-            if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-                raise ValueError(f"topic {name!r}: partitions must be a positive integer, got {n!r}")
+            problem = partition_count_problem(entry.get("partitions"))
+            if problem is not None:
+                raise ValueError(f"topic {name!r}: {problem}")
             if not isinstance(entry.get("config") or {}, dict):
                 raise ValueError(f"topic {name!r}: config must be an object, got {entry['config']!r}")
         return out

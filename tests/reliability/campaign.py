@@ -6,10 +6,13 @@
 
 Runs, with the time split below, every harness of ``tests/reliability`` at a larger scale than
 the default test run: crash-point enumeration of every scenario (fixed size), random power cuts
-(new seeds until the time is up), random ``SIGKILL``s of a real writer process, fuzzing of every
-target (atheris if installed, else the seeded mutation loop) and the stateful model test with
-more examples.  Prints a table and, as its last line, one JSON object with the figures; exits 1
-if any invariant was violated.
+(new seeds until the time is up), random ``SIGKILL``s of a real writer process, ``ENOSPC`` and
+``EIO`` at every storage step of a writer's recovery (``faults.py``, new seeds until the time is
+up), lock-free readers in a loop beside a writer that compacts, runs retention and merges
+(``concurrent_readers.py``, local disk and moto's S3), fuzzing of every target (atheris if
+installed, else the seeded mutation loop) and the stateful model test with more examples.
+Prints a table and, as its last line, one JSON object with the figures; exits 1 if any
+invariant was violated.
 """
 
 from __future__ import annotations
@@ -23,14 +26,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.reliability import concurrent_readers
 from tests.reliability.checker import Stats
 from tests.reliability.crashpoints import SCENARIOS, enumerate_scenario
+from tests.reliability.faults import run_fault_campaign
 from tests.reliability.fuzz_atheris import available, run_atheris
 from tests.reliability.fuzz_targets import TARGETS, fuzz_for
 from tests.reliability.killer import run_kills
 from tests.reliability.workload import PowerCutWorkload
 
-SPLIT = {"power": 0.40, "kills": 0.20, "fuzz": 0.30, "model": 0.10}  # of the time after crash points
+SPLIT = {"power": 0.30, "kills": 0.20, "faults": 0.10, "readers": 0.10, "fuzz": 0.20, "model": 0.10}  # after crash points
 
 
 def crash_points() -> dict[str, Any]:
@@ -80,6 +85,38 @@ def kills(seconds: float, seed: int) -> dict[str, Any]:
         last = time.monotonic() - started
     out["rounds"] = round_
     return out
+
+
+def recovery_faults(seconds: float, first_seed: int) -> dict[str, Any]:
+    """ENOSPC and EIO at every storage step of recovery, every history, new seeds until the time
+    is up (at least one)."""
+    stats = Stats()
+    deadline = time.monotonic() + seconds
+    seed = first_seed
+    while True:
+        run_fault_campaign(stats, seed=seed)
+        seed += 1
+        if time.monotonic() >= deadline:
+            break
+    failures = stats.__dict__.get("failures", [])
+    return {
+        "seeds": seed - first_seed,
+        "histories": stats.extra.get("histories", 0),
+        "faults_injected": stats.extra.get("faults_injected", 0),
+        "enospc_steps": stats.extra.get("steps_ENOSPC", 0),
+        "eio_steps": stats.extra.get("steps_EIO", 0),
+        "opens_failed": stats.extra.get("opens_failed", 0),
+        "opens_succeeded": stats.extra.get("opens_succeeded", 0),
+        "retries": stats.extra.get("retries", 0),
+        "records_checked": stats.records_checked,
+        "lost": stats.lost,
+        "phantom": stats.phantom,
+        "unnamed_errors": stats.extra.get("unnamed_errors", 0),
+        "root_level_raw_errors": stats.extra.get("root_level_raw_errors", 0),
+        "root_level_steps": sorted(stats.__dict__.get("root_level", set())),
+        "failures": failures,
+        "violations": stats.lost + stats.phantom + stats.extra.get("unnamed_errors", 0),
+    }
 
 
 def fuzz(seconds: float, seed: int) -> dict[str, Any]:
@@ -175,6 +212,22 @@ def main(argv: list[str] | None = None) -> int:
     figures["kills"] = kills(rest * SPLIT["kills"], args.seed)
     print(f"  SIGKILLs: {figures['kills']['kills']}, records checked {figures['kills']['records_checked']}")
 
+    figures["recovery_faults"] = rf = recovery_faults(rest * SPLIT["faults"], args.seed)
+    print(
+        f"  recovery faults: {rf['faults_injected']} (ENOSPC/EIO at every step of "
+        f"{rf['histories']} histories), "
+        f"lost {rf['lost']}, unnamed errors {rf['unnamed_errors']}, records checked {rf['records_checked']}",
+        flush=True,
+    )
+
+    figures["readers"] = rd = concurrent_readers.campaign(rest * SPLIT["readers"], args.seed)
+    print(
+        f"  lock-free readers beside compaction, retention and merges: {rd['reads']} reads "
+        f"({rd['relistings']} relistings), failed {rd['failed_reads']}, missing offsets "
+        f"{rd['missing_offsets']}, two-valued {rd['two_valued_offsets']}",
+        flush=True,
+    )
+
     figures["fuzz"] = fuzz(rest * SPLIT["fuzz"], args.seed)
     print(f"  fuzz executions ({figures['fuzz']['engine']}): {figures['fuzz']['executions']}", flush=True)
 
@@ -184,15 +237,27 @@ def main(argv: list[str] | None = None) -> int:
     violations = (
         pc.violations
         + figures["kills"]["violations"]
+        + rf["violations"]
+        + rd["violations"]
         + len(figures["fuzz"]["failures"])
         + len(figures["model"]["failures"])
     )
     figures["violations"] = violations
     figures["lost_duplicated_corrupted"] = (
-        pc.lost + pc.duplicated + pc.inconsistent + figures["kills"]["violations"]
+        pc.lost
+        + pc.duplicated
+        + pc.inconsistent
+        + figures["kills"]["violations"]
+        + rf["lost"]
+        + rf["phantom"]
+        + rd["missing_offsets"]
+        + rd["two_valued_offsets"]
     )
     figures["records_checked"] = (
-        figures["crash_points"]["records_checked"] + pc.records_checked + figures["kills"]["records_checked"]
+        figures["crash_points"]["records_checked"]
+        + pc.records_checked
+        + figures["kills"]["records_checked"]
+        + rf["records_checked"]
     )
     figures["elapsed_s"] = round(time.monotonic() - t0, 1)
     print(f"  violations: {violations}; elapsed {figures['elapsed_s']} s")

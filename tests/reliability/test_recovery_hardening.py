@@ -8,8 +8,8 @@
 * The tail of the active segment is validated even after a clean shutdown: bytes that are not a
   valid batch are truncated (and reported) before anything is appended behind them.
 
-The long version (a fault at every storage step of recovery) is in the campaign:
-:func:`fault_campaign` here, run by ``python -m tests.reliability.campaign``.
+The long version (a fault at every storage step of recovery, more histories) is the campaign's
+fault part, :mod:`tests.reliability.faults`, run by ``python -m tests.reliability.campaign``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from pylog.storage.backends.fs import LocalStorage
-from pylog.storage.errors import StorageError
+from pylog.storage.errors import DamagedLogError, StorageError
 from pylog.storage.root.manager import Root, partition_dir
 from tests.reliability.checker import Stats, open_writer, read_storage
 from tests.reliability.memfs import MemStorage
@@ -45,6 +45,33 @@ def acked_root(st: Any, n: int, config: dict[str, str] | None = None, *, topic: 
     for i in range(n):
         root.append(topic, [b"acked-%d" % i], partition=0, timestamp=[T0 + i])
     return root
+
+
+# ============================================================================ the fault model
+
+
+def test_memfs_faults_behave_as_a_full_then_a_failing_disk() -> None:
+    st = MemStorage()
+    st.makedirs("d")
+    f = st.open_append("d/a")
+    f.write(b"before")
+    fault = st.fail(errno.ENOSPC, after=1)  # the next write still fits
+    assert f.write(b"1234") == 4
+    assert f.write(b"abcdef") == 3  # the disk fills up: a short write, as write(2)
+    with pytest.raises(OSError) as e:
+        f.write(b"x")
+    assert e.value.errno == errno.ENOSPC and e.value.filename is None  # a descriptor: no name
+    with pytest.raises(OSError) as e:
+        st.open_append("d/new")
+    assert e.value.filename == "d/new"  # a path operation names the file
+    assert st.read("d/a") == b"before1234abc"  # reading, truncating, deleting still work
+    st.truncate("d/a", 6)
+    assert fault.failed == ["write d/a", "write d/a", "create d/new"]
+    st.clear_faults()
+    st.fail(errno.EIO, ops=frozenset({"read"}), path="d/a")
+    with pytest.raises(OSError, match="Input/output error"):
+        st.read("d/a")
+    assert st.kill().read("d/a") == b"before"  # a new process: the faults are not copied
 
 
 # ============================================================================ row 1: I/O errors
@@ -179,7 +206,7 @@ def test_damaged_index_is_ignored_by_readers_and_rebuilt_by_the_writer(damage: s
 
     reader = Root(st, read_only=True)  # a lock-free reader: changes nothing, scans instead
     assert reader.read_table("u")["value"].to_pylist() == expected
-    for lo in (0, 27, 50, 96, 99):
+    for lo in (0, 27, 50, 52, 60, 96, 99):
         got = reader.read_table("u", start_offset=lo, end_offset=lo + 3)["offset"].to_pylist()
         assert got == list(range(lo, min(lo + 3, 100))), (lo, got)
     reader.close()
@@ -281,8 +308,13 @@ def test_damaged_tail_of_a_cleanly_closed_log_before_the_next_append(tail: str) 
         damaged = bytes(b)
     _write_index(st, path, damaged)
     writer = Root(st)
+    if tail == "bad-crc":  # an acknowledged batch is lost: appending needs an explicit decision
+        with pytest.raises(DamagedLogError, match="high watermark 20"):
+            writer.append("t", [b"next"], partition=0)
+        (repair,) = writer.recover(accept_data_loss=True)
+        assert repair.high_watermark == (20, 19)
     writer.append("t", [b"next"], partition=0)
-    (rec,) = writer.recoveries
+    rec = writer.recoveries[0]
     assert rec.truncated_file == path and rec.truncated_bytes > 0 and rec.problems
     served = writer.read_table("t")["value"].to_pylist()
     writer.close()
@@ -303,15 +335,131 @@ def test_intact_logs_are_not_reported() -> None:
 # ============================================================================ the campaign
 
 
-def fault_campaign(stats: Stats | None = None, *, variants: int = 3, seed: int = 0) -> Stats:
-    """A fault at every storage step of a writer's recovery: see :mod:`tests.reliability.faults`."""
+def test_io_error_while_truncating_to_the_high_watermark_names_the_file() -> None:
+    """The truncation of an unfinished publish (past the high watermark) is part of the load."""
+    from pylog.storage.config import LogConfig
+    from pylog.storage.partition.loader import load_log, open_log
+
+    st = MemStorage()
+    cfg = LogConfig.from_dict({"segment.bytes": "200"})
+    lg = open_log(st, "t-0", cfg, had_clean_shutdown=True)
+    for i in range(12):
+        lg.append([b"v%02d" % i * 5], timestamp=T0)
+    lg.close()
+    assert len(lg.segments) > 2
+    disk = st.kill()
+    disk.fail(errno.EIO, ops=frozenset({"delete", "truncate"}))
+    with pytest.raises(StorageError, match=r"t-0/\d{20}\.(log|index|timeindex)"):
+        load_log(disk, "t-0", cfg, had_clean_shutdown=True, high_watermark=3)
+    disk.clear_faults()
+    res = load_log(disk.kill(), "t-0", cfg, had_clean_shutdown=True, high_watermark=3)
+    assert res.log.log_end_offset == 3 and res.recovery.unpublished_bytes > 0
+    assert res.log.read_table()["value"].to_pylist() == [b"v%02d" % i * 5 for i in range(3)]
+
+
+def test_fault_at_every_step_of_recovery() -> None:
+    """The default-run slice of the campaign's fault part (tests/reliability/faults.py): two
+    histories, ENOSPC and EIO at every storage operation of their recovery."""
     from tests.reliability.faults import run_fault_campaign
 
-    return run_fault_campaign(stats or Stats(), variants=variants, seed=seed)
+    stats = run_fault_campaign(Stats(), histories=("killed-writer", "damaged-after-clean-close"))
+    failures = stats.__dict__.get("failures", [])
+    assert stats.lost == 0 and stats.phantom == 0, failures
+    assert stats.extra.get("unnamed_errors", 0) == 0, failures
+    assert stats.extra["faults_injected"] == stats.extra["opens_failed"] > 100
+    assert stats.extra["retries"] == stats.extra["faults_injected"]
+    # the root's own steps (metadata and state files, the clean-shutdown marker, the root
+    # directory) are not wrapped by pylog.storage.root yet: their raw OSErrors are counted apart
+    root_level = stats.__dict__.get("root_level", set())
+    assert all("/" not in op.split(" ", 1)[1] for op in root_level), root_level
 
 
-def test_fault_at_every_step_of_recovery_small() -> None:
-    """The default-run slice of the campaign: one history, ENOSPC and EIO at every step."""
-    stats = fault_campaign(variants=1)
-    assert stats.violations == 0 and stats.extra.get("unnamed_errors", 0) == 0, stats
-    assert stats.extra["faults_injected"] > 20
+# ============================================================================ the checks themselves
+
+
+def _index(st: MemStorage, name: str, fmt: str, rows: list[tuple[int, ...]]) -> str:
+    _write_index(st, name, b"".join(struct.pack(fmt, *r) for r in rows))
+    return name
+
+
+def test_index_entry_checks_name_the_entry() -> None:
+    from pylog.storage.errors import CorruptIndexError
+    from pylog.storage.partition.index import OffsetIndex, TimeIndex, TxnIndex
+
+    st = MemStorage()
+    cases: list[tuple[Any, dict[str, int], str]] = [
+        (
+            OffsetIndex(st, _index(st, "a.index", ">ii", [(1, 10), (1, 20)]), 100),
+            {},
+            "entry 1 has offset 101, not above",
+        ),
+        (
+            OffsetIndex(st, _index(st, "b.index", ">ii", [(1, 20), (2, 10)]), 100),
+            {},
+            "entry 1 has position 10",
+        ),
+        (
+            OffsetIndex(st, _index(st, "c.index", ">ii", [(1, 10), (2, 500)]), 100),
+            {"log_size": 400},
+            "byte 500, beyond the 400",
+        ),
+        (
+            OffsetIndex(st, _index(st, "d.index", ">ii", [(1, 10), (9, 20)]), 100),
+            {"end_offset": 105},
+            "109, at or beyond 105",
+        ),
+        (OffsetIndex(st, _index(st, "e.index", ">ii", [(-1, 10)]), 100), {}, "less than the base offset"),
+        (
+            TimeIndex(st, _index(st, "f.timeindex", ">qi", [(5, 1), (7, 0), (9, 2)]), 100),
+            {},
+            "entry 1 has offset 100, below",
+        ),
+        (
+            TimeIndex(st, _index(st, "g.timeindex", ">qi", [(5, 1), (4, 2), (9, 3)]), 100),
+            {},
+            "timestamp 4, below",
+        ),
+        (
+            TimeIndex(st, _index(st, "h.timeindex", ">qi", [(5, 1), (6, 50)]), 100),
+            {"end_offset": 120},
+            "150, at or beyond 120",
+        ),
+        (
+            TxnIndex(st, _index(st, "i.txnindex", ">hqqqq", [(0, 1, 100, 105, 0), (0, 1, 101, 103, 0)]), 100),
+            {},
+            "lastOffset 103",
+        ),
+        (
+            TxnIndex(st, _index(st, "j.txnindex", ">hqqqq", [(0, 1, 107, 105, 0)]), 100),
+            {},
+            "firstOffset 107 above",
+        ),
+    ]
+    for idx, bounds, message in cases:
+        with pytest.raises(CorruptIndexError, match=message) as e:
+            idx.sanity_check(**bounds)
+        assert idx.path in str(e.value)
+    OffsetIndex(st, _index(st, "ok.index", ">ii", [(1, 10), (2, 20)]), 100).sanity_check(
+        log_size=21, end_offset=103
+    )
+
+
+def test_index_checks_are_vectorized() -> None:
+    """A full 10 MiB offset index (1.3 million entries) is checked in milliseconds."""
+    import time
+
+    import numpy as np
+
+    from pylog.storage.partition.index import OffsetIndex
+
+    n = (10 << 20) // 8
+    raw = np.empty(n, dtype=[("rel", ">i4"), ("pos", ">i4")])
+    raw["rel"] = np.arange(n) * 3
+    raw["pos"] = np.arange(n) * 1000
+    st = MemStorage()
+    _write_index(st, "big.index", raw.tobytes())
+    idx = OffsetIndex(st, "big.index", 0)
+    len(idx)
+    started = time.perf_counter()
+    idx.sanity_check(log_size=n * 1000 + 100, end_offset=3 * n)
+    assert time.perf_counter() - started < 0.5

@@ -7,7 +7,6 @@ The root-level tests and the CLI test take ``backend``: they run on local disk a
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
 import tempfile
@@ -24,7 +23,7 @@ from pylog.cli import main
 from pylog.storage.backends.fs import LocalStorage
 from pylog.storage.config import CleanerConfig
 from pylog.storage.maintenance.cleaner import Cleaner, log_to_clean
-from pylog.storage.maintenance.runner import StderrProgress, maintain
+from pylog.storage.maintenance.runner import maintain
 from pylog.storage.partition import checkpoint as ckpt
 from tests.conftest import Backend
 from tests.storage.compaction_util import (
@@ -247,21 +246,6 @@ def test_root_read_table_after_compaction_is_kafka_valid(backend: Backend, tmp_p
         for t in ("c", "d"):
             assert reader.read_table(t).num_rows == 8
             assert_kafka_valid(export(reader, f"{t}-0", tmp_path / t))
-
-
-def test_progress_line_only_on_a_terminal() -> None:
-    class Tty(io.StringIO):
-        def isatty(self) -> bool:
-            return True
-
-    quiet = io.StringIO()
-    StderrProgress(quiet)("t-0", 5, 10)
-    assert quiet.getvalue() == ""
-    tty = Tty()
-    p = StderrProgress(tty, interval=0)
-    p("t-0", 5, 10)
-    p.close()
-    assert "50.0%" in tty.getvalue() and tty.getvalue().endswith("\n")
 
 
 # ============================================================================ CLI

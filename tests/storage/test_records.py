@@ -356,3 +356,46 @@ def test_invalid_utf8_header_key_is_corrupt() -> None:
     raw[i] = 0xFF
     with pytest.raises(CorruptRecordError, match="UTF-8"):
         records.decode(bytes(raw), verify_crc=False)
+
+
+def test_header_layout_matches_kafka_python() -> None:
+    """The header offsets derived from pylog's field list agree with an independent codec."""
+    assert B.HEADER.format == DefaultRecordBatch.HEADER_STRUCT.format and B.HEADER_SIZE == 61
+    assert B.HEADER_AT["crc"] == DefaultRecordBatch.CRC_OFFSET
+    assert B.HEADER_AT["attributes"] == DefaultRecordBatch.ATTRIBUTES_OFFSET
+    assert B.HEADER_AT["partition_leader_epoch"] == DefaultRecordBatch.AFTER_LEN_OFFSET == B.LOG_OVERHEAD
+    enc = records.encode([b"a", b"bb"], [b"k", None], [5, 9], base_offset=40, producer_id=7, base_sequence=3)
+    names = [name for name, _ in B.HEADER_FIELDS]
+    fields = dict(zip(names, B.HEADER.unpack_from(enc.tobytes()), strict=True))
+    kp = DefaultRecordBatch(enc.tobytes())
+    assert (fields["base_offset"], fields["last_offset_delta"], fields["records_count"]) == (40, 1, 2)
+    assert (fields["max_timestamp"], fields["producer_id"], fields["base_sequence"]) == (9, 7, 3)
+    assert kp.validate_crc() and fields["crc"] == kp.crc
+
+
+def test_cleaner_walk_and_decode_fail_alike(kernels: str) -> None:
+    """The cleaner's record walk (rewrite.walk) and decoding share one walker: a corrupt
+    records section (with a valid CRC) fails both with the same message, and a section that
+    still walks yields the records decoding returns."""
+    from pylog.storage.codec import rewrite
+
+    enc = records.encode([b"val", None, b"v" * 20], [b"key", b"k2", None], 7, [[("h", b"x")], [], []])
+    good = enc.tobytes()
+    for pos in range(B.HEADER_SIZE, len(good)):
+        for byte in (0x00, 0x05, 0x7F, 0xFF):
+            data = np.frombuffer(good, np.uint8).copy()
+            data[pos] = byte
+            B.write_crcs(data, np.array([0]), np.array([len(good)]))
+            headers = B.parse_headers(data, np.array([0]), np.array([len(good)]), np.array([2]))
+            try:
+                rs = records.decode(data)
+            except CorruptRecordError as e:
+                if "UTF-8" in str(e):  # header key text is checked by decoding only
+                    continue
+                with pytest.raises(CorruptRecordError) as walked:
+                    rewrite.walk(data, headers)
+                assert str(walked.value) == str(e)
+                continue
+            spans = rewrite.walk(data, headers)
+            assert spans.keys() == rs.records.column("key").to_pylist()
+            assert spans.offset.tolist() == rs.records.column("offset").to_pylist()

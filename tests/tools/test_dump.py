@@ -25,7 +25,7 @@ from pylog.storage.codec import records
 from pylog.storage.codec.batch import COMMIT, CONTROL_KEY, END_TXN_VALUE
 from pylog.storage.partition.index import OffsetIndex, TimeIndex, TxnIndex
 from pylog.tools.dump import dump
-from tests.kafka_fixtures import require_fixtures
+from tests.kafka_fixtures import manifest_logs, require_fixtures
 
 FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "kafka"
 LUCID = "kafka-go/v2-v2/test-lucid-0/00000000000000000000.log"
@@ -167,8 +167,9 @@ def expected_rows(log: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def expected_output(log: Path, *, deep: bool, data: bool) -> list[str]:
-    raw = log.read_bytes()
+def expected_output(log: Path, *, deep: bool, data: bool, raw: bytes | None = None) -> list[str]:
+    """The lines of dumping ``log`` (a fixture; or ``raw``, a prefix of its bytes, at ``log``)."""
+    raw = log.read_bytes() if raw is None else raw
     rows = expected_rows(log)
     lines = [f"Dumping {log}", f"Log starting offset: {int(log.name.split('.')[0])}"]
     for e in entries(raw):
@@ -247,10 +248,12 @@ def test_legacy_fixture_lines_literal() -> None:
     )
 
 
-def test_bad_crc_fixture_is_reported_and_fails() -> None:
+def test_bad_crc_fixture_is_reported_with_exit_status_0() -> None:
+    """As kafka-dump-log.sh: the entry is printed with ``isvalid: false`` and the dump
+    completes (exit status 0); ``pylog verify`` is the command that fails on it."""
     log = need(BAD_CRC)
     rc, out, err = run([log], deep_iteration=True)
-    assert rc == 1 and err == []
+    assert rc == 0 and err == []
     assert out[2].endswith("magic: 0 compresscodec: none crc: 1482184792 isvalid: false")
     assert out[2].startswith("offset: 0 position: 0 NoTimestampType: -1 size: 497 ")
     assert (
@@ -259,18 +262,58 @@ def test_bad_crc_fixture_is_reported_and_fails() -> None:
 
 
 def test_trailing_garbage_and_torn_tail(tmp_path: Path) -> None:
+    """Invalid bytes at the end are reported on stdout after the complete entries, with exit
+    status 0, as kafka-dump-log.sh does (``println`` in ``dumpLog``, then a normal exit)."""
     src = need(LUCID).read_bytes()
     log = tmp_path / "00000000000000000000.log"
     log.write_bytes(src + b"\x00" * 10)
-    rc, out, _ = run([log])
-    assert rc == 1
+    rc, out, err = run([log])
+    assert (rc, err) == (0, [])
     assert out[-1] == "Found 10 invalid bytes at the end of 00000000000000000000.log"
     log.write_bytes(src[:200])  # cut inside the second batch
-    rc, out, _ = run([log])
-    assert rc == 1 and len(out) == 4
+    rc, out, err = run([log])
+    assert (rc, err) == (0, []) and len(out) == 4
     assert out[-1] == "Found 50 invalid bytes at the end of 00000000000000000000.log"
     rc, out, _ = run([log], max_bytes=160)  # Kafka reports trailing bytes only without --max-bytes
     assert rc == 0 and len(out) == 3 and not out[-1].startswith("Found")
+
+
+def _entry_spans(raw: bytes) -> list[tuple[int, int]]:
+    """(start, end) of every complete entry, from the size fields alone."""
+    spans, p = [], 0
+    while p + 12 <= len(raw):
+        end = p + 12 + struct.unpack_from(">i", raw, p + 8)[0]
+        if end > len(raw):
+            break
+        spans.append((p, end))
+        p = end
+    return spans
+
+
+@pytest.mark.parametrize("entry", manifest_logs(), ids=lambda e: e["log"].split("/")[1])
+@pytest.mark.parametrize("kept", [5, 17, 18, -1])
+def test_broker_fixture_with_torn_tail(entry: dict[str, Any], kept: int, tmp_path: Path) -> None:
+    """Every broker-written segment, its last entry torn after ``kept`` bytes (-1: all but the
+    last byte), as a crash or a size-limited fetch leaves it: the complete entries and their
+    records print exactly as from the whole file, then Kafka's ``Found N invalid bytes at the
+    end of <file>`` line; exit status 0."""
+    src = need(entry["log"])
+    raw = src.read_bytes()
+    spans = _entry_spans(raw)
+    assert spans[-1][1] == len(raw)
+    start, end = spans[-1]
+    cut = start + (end - start - 1 if kept < 0 else kept)
+    torn = tmp_path / src.name
+    torn.write_bytes(raw[:cut])
+    deep = "snappy" not in entry["codecs"]  # the parser above reads inner crcs of gzip only
+    rc, out, err = run([torn], print_data_log=deep)
+    assert (rc, err) == (0, [])
+    whole = expected_output(src, deep=deep, data=deep)  # every entry, with its records
+    want = expected_output(src, deep=deep, data=deep, raw=raw[:cut])  # the complete ones
+    assert want[1:] == whole[1 : len(want)]
+    assert sum(not line.startswith("| ") for line in want) == 2 + len(spans) - 1
+    found = f"Found {cut - start} invalid bytes at the end of {src.name}"
+    assert out == [f"Dumping {torn}", *want[1:], found]
 
 
 def test_corrupt_entry_reports_error_after_good_batches(tmp_path: Path) -> None:
