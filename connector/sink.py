@@ -3,15 +3,31 @@
 Column contract (Spark's Kafka sink): ``value`` (binary or string) is required; ``key``
 (binary or string), ``topic`` (string), ``partition`` (int), ``headers``
 (array<struct<key: string, value: binary>>) and ``timestamp`` (timestamp) are optional.  The
-``topic`` option overrides the column.  Records without a partition go to Kafka's murmur2
-partition of their key; records with a null key go to one partition per task (sticky, as
-Kafka's producer does per batch), chosen from the task's partition id.
+``topic`` option overrides the column.  A ``partition`` value must lie in the topic's
+partitions (a negative or too large one fails the write, as Kafka's producer does).  Records
+without a partition go to Kafka's murmur2 partition of their key; records with a null key are
+spread like the Java producer's sticky partitioner: a task's null-key records fill one
+partition for a record batch (``STICKY_SWITCH_BYTES``, Kafka's default ``batch.size``) and
+then move on to the next partition.  As Kafka's broker does, topics with
+``message.timestamp.type=LogAppendTime`` get the append time (the time the task encoded the
+rows) and compacted topics refuse records with a null key.
 
 Protocol (see ``storage/root/publish.py``): each executor task encodes its rows into record batches
 and *stages* them next to the target logs; the driver's ``commit(messages, batchId)`` publishes
-the staged files in a deterministic order and atomically records ``(sink, batchId)`` with the
+the staged files in a deterministic order and atomically records ``(query, batchId)`` with the
 new high watermarks, so a replayed batch is skipped and a crash mid-publish leaves nothing
-visible.  The sink's identity is derived from the query's checkpoint location.
+visible.
+
+Identity: a streaming write is keyed by Spark's streaming query id, which Spark keeps in the
+query's checkpoint (``metadata``) and gives every task as the local property
+``sql.streaming.queryId``; the tasks carry it to the driver in their commit messages.  A query
+restarted from its checkpoint (given by the ``checkpointLocation`` option or by
+``spark.sql.streaming.checkpointLocation``) is the same query, and its replayed batches are
+skipped; a deleted or new checkpoint is a new query, and all its batches are written.  The
+record of a query that has not committed for ``queryRetentionMs`` (default 7 days) is dropped.
+A query that last ran on a pylog keyed by its checkpoint location (state file version 1) is
+recognized by that key on its first commit.  A batch write (``df.write``) is its own writer:
+it is never taken for a replay and leaves no record.
 
 Options: ``path`` (required), ``topic``, ``partitions`` (create missing topics with this many
 partitions), any Kafka topic config by its name (``cleanup.policy``, ``segment.bytes``, ...: used
@@ -19,7 +35,8 @@ when a topic is created), ``compression.type`` (none, gzip, snappy, lz4, zstd; d
 topic's), ``batch.size`` (target bytes per record batch, default 1 MiB), ``lockTimeoutMs``
 (how long a commit waits for another writer, default 60000), ``maintenance`` (true/false,
 default true) and ``maintenance.budgetMs`` (default 2000) for the compaction and retention that
-run after each publish.
+run after each publish, ``queryRetentionMs`` (default 604800000 = 7 days) for how long the record
+of a stopped streaming query is kept.
 """
 
 from __future__ import annotations
@@ -61,11 +78,25 @@ from pylog.storage.codec.partitioner import partition_for_keys
 from pylog.storage.config import LogConfig, validate_topic_name
 from pylog.storage.errors import ConfigError, SinkSchemaError, StorageError
 from pylog.storage.maintenance import runner as maintenance
+from pylog.storage.partition.log import check_keys, timestamp_type
 from pylog.storage.root import publish as pub
 from pylog.storage.root.manager import Root, open_root, partition_dir
 from pylog.storage.root.metadata import MAX_PARTITIONS
 
 log = logging.getLogger("pylog.connector")
+
+KAFKA_OPTIONS_REFUSED = {
+    "kafka.compression.type": 'would change how batches are written: use the option "compression.type"',
+    "kafka.partitioner.class": "would change which partition each record goes to: pylog partitions as "
+    "Kafka's default partitioner (murmur2 of the key); give a partition column to choose",
+    "kafka.key.serializer": "keys are written as binary (Spark's Kafka sink refuses it too)",
+    "kafka.value.serializer": "values are written as binary (Spark's Kafka sink refuses it too)",
+    "kafka.interceptor.classes": "pylog runs no producer interceptors: the records would be written "
+    "unchanged",
+}
+"""Producer options (``kafka.*``) that would change what is written: refused, naming what to do
+instead.  Every other ``kafka.*`` option (connection, security, batching, ``acks``, retries)
+has nothing to act on in pylog, whose publish is durable and exactly once: a warning."""
 
 SINK_OPTIONS = {
     "path",
@@ -76,6 +107,7 @@ SINK_OPTIONS = {
     "locktimeoutms",
     "maintenance",
     "maintenance.budgetms",
+    "queryretentionms",
     "checkpointlocation",
     "queryname",
 }
@@ -94,7 +126,8 @@ class SinkOptions:
     maintenance: bool
     maintenance_budget_ms: int
     storage_options: dict[str, str] = field(default_factory=dict, repr=False)  # may hold credentials
-    sink_id: str = ""
+    sink_id: str = ""  # a batch write's own id; a streaming query's pre-query-id (version 1) key
+    query_retention_ms: int = pub.DEFAULT_QUERY_RETENTION_MS
 
 
 def parse_sink_options(raw: Mapping[str, str], *, streaming: bool) -> SinkOptions:
@@ -114,7 +147,9 @@ def parse_sink_options(raw: Mapping[str, str], *, streaming: bool) -> SinkOption
                 "option kafka.bootstrap.servers: pylog has no brokers; replace it with the option path "
                 '(.option("path", "/data/logs"))'
             )
-        if k.startswith("kafka."):
+        if k in KAFKA_OPTIONS_REFUSED:
+            raise ConfigError(f"option {k}: {KAFKA_OPTIONS_REFUSED[k]}")
+        if k.startswith("kafka."):  # connection, security, batching, acks, retries: nothing to do
             log.warning("Kafka producer option %s has no effect on pylog", k)
             continue
         if k in valid:
@@ -160,6 +195,7 @@ def parse_sink_options(raw: Mapping[str, str], *, streaming: bool) -> SinkOption
         maintenance_budget_ms=_int_option(opts, "maintenance.budgetms", 0, 1 << 40, 2000),
         storage_options=storage,
         sink_id=sink_id,
+        query_retention_ms=_int_option(opts, "queryretentionms", 0, 1 << 50, pub.DEFAULT_QUERY_RETENTION_MS),
     )
 
 
@@ -196,7 +232,7 @@ def check_schema(schema: StructType, opts: SinkOptions) -> None:
     need("value", _BINARY_OR_STRING, "binary or string")
     need("key", _BINARY_OR_STRING, "binary or string")
     need("topic", (StringType,), "string")
-    need("partition", (IntegerType, LongType), "int")
+    need("partition", (IntegerType,), "int (cast it: col('partition').cast('int'))")
     need("timestamp", (TimestampType, TimestampNTZType, LongType), "timestamp")
     if "headers" in fields:
         h = fields["headers"]
@@ -250,6 +286,7 @@ def _open(opts: SinkOptions, *, read_only: bool) -> Root:
 class PylogCommitMessage(WriterCommitMessage):
     staged: list[dict[str, object]]
     records: int
+    query_id: str | None = None  # Spark's streaming query id (None: a batch write)
 
 
 def _ms_timestamps(col: pa.Array | pa.ChunkedArray | None, n: int, now_ms: int) -> np.ndarray:
@@ -263,21 +300,38 @@ def _ms_timestamps(col: pa.Array | pa.ChunkedArray | None, n: int, now_ms: int) 
     return np.asarray(filled.to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
+STICKY_SWITCH_BYTES = 16384
+"""Null-key records fill one partition for this many bytes (Kafka producer's default
+``batch.size``; smaller when the ``batch.size`` option is) before the task moves on to the
+next partition: the Java producer's sticky partitioner, which switches partition per batch."""
+
+
 def stage_task(
-    batches: Iterator[pa.RecordBatch], opts: SinkOptions, batch_id: int, task: int, attempt: int
+    batches: Iterator[pa.RecordBatch],
+    opts: SinkOptions,
+    batch_id: int,
+    task: int,
+    attempt: int,
+    query_id: str | None = None,
 ) -> PylogCommitMessage:
-    """Executor side: encode and stage this task's rows; nothing becomes visible here."""
+    """Executor side: encode and stage this task's rows; nothing becomes visible here.
+    ``query_id`` (Spark's streaming query id) names the staged files and travels to the
+    driver in the commit message; without it (batch writes) the sink id does."""
+    writer_id = pub.validate_sink_id(query_id) if query_id else opts.sink_id
     root = _open(opts, read_only=True)
     files: dict[tuple[str, int], Any] = {}
     counts = 0
     inline: dict[tuple[str, int], bytes] = {}
+    sticky: dict[str, list[int]] = {}
     ok = False
     try:
         for rb in batches:
             if rb.num_rows == 0:
                 continue
             counts += rb.num_rows
-            _stage_batch(root, rb, opts, task, files, int(time.time() * 1000), batch_id, attempt)
+            _stage_batch(
+                root, rb, opts, task, files, int(time.time() * 1000), batch_id, attempt, writer_id, sticky
+            )
         ok = True
     finally:
         # object stores: a small staging travels in the commit message (no PUT, GET, DELETE)
@@ -288,9 +342,22 @@ def stage_task(
             else:
                 f.close()
         root.close()
-    name = pub.stage_name(opts.sink_id, batch_id, task, attempt)
+    name = pub.stage_name(writer_id, batch_id, task, attempt)
     staged = [pub.StagedFile(t, p, name, inline.get((t, p))).to_dict() for (t, p) in sorted(files)]
-    return PylogCommitMessage(staged=staged, records=counts)
+    return PylogCommitMessage(staged=staged, records=counts, query_id=query_id)
+
+
+def _sticky_partitions(sizes: np.ndarray, num: int, state: list[int], switch_bytes: int) -> np.ndarray:
+    """Partitions of null-key records of ``sizes`` bytes: consecutive records fill the current
+    partition up to ``switch_bytes``, then the next one takes over.  ``state`` is
+    [partition, bytes already in it], carried across the task's Arrow batches."""
+    part, used = state
+    starts = used + np.cumsum(sizes) - sizes  # bytes before each record, from the switch point
+    chunk = starts // switch_bytes
+    end = used + int(sizes.sum())
+    state[0] = (part + end // switch_bytes) % num
+    state[1] = end % switch_bytes
+    return np.asarray((part + chunk) % num, dtype=np.int64)
 
 
 def _stage_batch(
@@ -302,6 +369,8 @@ def _stage_batch(
     now_ms: int,
     batch_id: int,
     attempt: int,
+    writer_id: str,
+    sticky: dict[str, list[int]],
 ) -> None:
     names = rb.schema.names
     col = {n: rb.column(n) for n in names}
@@ -323,35 +392,50 @@ def _stage_batch(
     for topic in distinct:
         sel = np.nonzero(topics == topic)[0] if len(distinct) > 1 else np.arange(n)
         num = root.partitions(topic)  # unknown topic: a clear error from the root
+        config = root.config(topic)
+        topic_key = None if key is None else (key if len(distinct) == 1 else key.take(pa.array(sel)))
+        check_keys(config, topic_key, f"topic {topic!r}")  # the broker's check of a compacted topic
         if "partition" in col:
-            parts = np.asarray(
-                pc.fill_null(col["partition"].cast(pa.int64()), -1).to_numpy(), dtype=np.int64
-            )[sel]
+            given = col["partition"] if len(distinct) == 1 else col["partition"].take(pa.array(sel))
+            bad = pc.and_kleene(pc.is_valid(given), pc.or_(pc.less(given, 0), pc.greater_equal(given, num)))
+            if pc.any(bad).as_py():
+                v = given.filter(bad)[0].as_py()
+                raise ConfigError(
+                    f"Invalid partition given with record: {v} is not in the range [0...{num}) of "
+                    f"topic {topic!r} ({num} partitions)"
+                )
+            parts = np.array(
+                pc.fill_null(given.cast(pa.int64()), -1).to_numpy(zero_copy_only=False), np.int64
+            )
         else:
             parts = np.full(sel.shape[0], -1, dtype=np.int64)
         need = parts < 0
-        if need.any() and key is not None:
-            by_key = partition_for_keys(key.take(pa.array(sel[need])), num).astype(np.int64)
-            parts[need] = by_key
-        parts[parts < 0] = task % num  # null keys: sticky per task
-        bad = parts >= num
-        if bad.any():
-            raise ConfigError(
-                f"partition {int(parts[np.argmax(bad)])} is out of range for topic {topic!r} (0..{num - 1})"
-            )
+        if need.any() and topic_key is not None:
+            has_key = np.asarray(topic_key.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+            keyed = need & has_key
+            if keyed.any():
+                parts[keyed] = partition_for_keys(topic_key.filter(pa.array(keyed)), num).astype(np.int64)
+            need = need & ~has_key
+        if need.any():  # null keys: sticky, switching partition per record batch
+            rows = sel[need]
+            sizes = np.asarray(pc.binary_length(value.take(pa.array(rows))).fill_null(0).to_numpy(), np.int64)
+            state = sticky.setdefault(topic, [task % num, 0])
+            parts[need] = _sticky_partitions(sizes, num, state, min(STICKY_SWITCH_BYTES, opts.batch_bytes))
+        ts_type = timestamp_type(config)
         for p in np.unique(parts).tolist():
             rows = pa.array(sel[parts == p])
             enc = records.encode(
                 value.take(rows),
                 None if key is None else key.take(rows),
-                ts[rows.to_numpy()],
+                now_ms if ts_type == 1 else ts[rows.to_numpy()],
                 None if headers is None else headers.take(rows),
                 codec=opts.codec or _topic_codec(root, topic),
                 batch_bytes=opts.batch_bytes,
+                timestamp_type=ts_type,
             )
             f = files.get((topic, p))
             if f is None:
-                path = f"{partition_dir(topic, p)}/{pub.stage_name(opts.sink_id, batch_id, task, attempt)}"
+                path = f"{partition_dir(topic, p)}/{pub.stage_name(writer_id, batch_id, task, attempt)}"
                 f = files[(topic, p)] = root.storage.open_append(path)
                 if f.size():
                     # left by an earlier run of this batch whose driver died before the commit (a
@@ -366,12 +450,18 @@ def _topic_codec(root: Root, topic: str) -> str:
     return "none" if ct in ("producer", "uncompressed") else ct
 
 
-def _task_ids() -> tuple[int, int, int | None]:
+QUERY_ID_PROPERTY = "sql.streaming.queryId"  # set by Spark's StreamExecution for every task
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+
+def _task_ids() -> tuple[int, int, int | None, str | None]:
+    """(partition id, attempt, streaming batch id, streaming query id) of the running task."""
     ctx = TaskContext.get()
     if ctx is None:  # pragma: no cover - only inside a Spark task
-        return 0, 0, None
-    batch = ctx.getLocalProperty("streaming.sql.batchId")
-    return ctx.partitionId(), ctx.attemptNumber(), None if batch is None else int(batch)
+        return 0, 0, None, None
+    batch = ctx.getLocalProperty(BATCH_ID_PROPERTY)
+    query = ctx.getLocalProperty(QUERY_ID_PROPERTY)
+    return ctx.partitionId(), ctx.attemptNumber(), None if batch is None else int(batch), query or None
 
 
 STAGE_INLINE_BYTES = 4 << 20
@@ -386,9 +476,30 @@ exits abruptly at that step of a sink commit (crash-point tests of the exactly-o
 Never set it in production."""
 
 
-def publish(opts: SinkOptions, messages: list[Any], batch_id: int, *, overwrite: bool = False) -> None:
-    """Driver side: publish every staged file of ``batch_id`` exactly once."""
-    staged = [pub.StagedFile.from_dict(d) for m in messages if m is not None for d in m.staged]
+def publish(
+    opts: SinkOptions,
+    messages: list[Any],
+    batch_id: int,
+    *,
+    overwrite: bool = False,
+    streaming: bool = True,
+    now: int | None = None,
+) -> None:
+    """Driver side: publish every staged file of ``batch_id`` exactly once.
+
+    A streaming batch is keyed by the query id its tasks sent (see the module docstring); a
+    batch write (``streaming=False``) is published unconditionally and leaves no record."""
+    messages = [m for m in messages if m is not None]
+    staged = [pub.StagedFile.from_dict(d) for m in messages for d in m.staged]
+    queries = {q for m in messages if (q := getattr(m, "query_id", None))}
+    if len(queries) > 1:
+        raise RuntimeError(
+            f"pylog sink: the tasks of batch {batch_id} name several queries {sorted(queries)}"
+        )
+    writer_id = next(iter(queries)) if queries else opts.sink_id
+    exactly_once = streaming
+    legacy = opts.sink_id if queries else None
+    now = int(time.time() * 1000) if now is None else now
     with _open(opts, read_only=False) as root:
         crash_at = os.environ.get(CRASH_ENV)
         if crash_at:
@@ -403,9 +514,17 @@ def publish(opts: SinkOptions, messages: list[Any], batch_id: int, *, overwrite:
 
         def commit() -> None:
             # a replayed batch publishes nothing, so it must not truncate either
-            if overwrite and batch_id > root.last_committed_batch(opts.sink_id):
+            if overwrite and (not exactly_once or batch_id > root.last_committed_batch(writer_id, legacy)):
                 _truncate_topics(root, {f.topic for f in staged} | ({opts.topic} if opts.topic else set()))
-            root.publish(opts.sink_id, batch_id, staged)
+            root.publish(
+                writer_id,
+                batch_id,
+                staged,
+                exactly_once=exactly_once,
+                legacy_sink=legacy,
+                now=now,
+                retention_ms=opts.query_retention_ms,
+            )
 
         # one atomic change on an object store: the truncation of an overwrite and the publish
         # are committed (or, after losing a race to another writer, run again) together
@@ -454,10 +573,10 @@ class PylogStreamWriter(DataSourceStreamArrowWriter):
         self.overwrite = overwrite
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> PylogCommitMessage:
-        task, attempt, batch = _task_ids()
+        task, attempt, batch, query = _task_ids()
         if batch is None:
             raise RuntimeError("pylog sink: no streaming batch id in the task context")
-        return stage_task(iterator, self.opts, batch, task, attempt)
+        return stage_task(iterator, self.opts, batch, task, attempt, query)
 
     def commit(self, messages: list[Any], batchId: int) -> None:
         publish(self.opts, messages, batchId, overwrite=self.overwrite)
@@ -472,11 +591,11 @@ class PylogBatchWriter(DataSourceArrowWriter):
         self.overwrite = overwrite
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> PylogCommitMessage:
-        task, attempt, _ = _task_ids()
+        task, attempt, _, _ = _task_ids()
         return stage_task(iterator, self.opts, 0, task, attempt)
 
     def commit(self, messages: list[Any]) -> None:
-        publish(self.opts, messages, 0, overwrite=self.overwrite)
+        publish(self.opts, messages, 0, overwrite=self.overwrite, streaming=False)
 
     def abort(self, messages: list[Any]) -> None:
         discard(self.opts, messages)

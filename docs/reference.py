@@ -133,9 +133,16 @@ SINK_DOCS: dict[str, tuple[str, str]] = {
         "run retention and compaction on the partitions written after each commit",
     ),
     "maintenance.budgetMs": ("`2000`", "time budget of that maintenance per commit"),
+    "queryRetentionMs": (
+        "`604800000` (7 days)",
+        "how long the root remembers a streaming query that stopped committing (its last batch id, "
+        "to skip replays); a query restarted later from its checkpoint writes a replayed batch again",
+    ),
     "checkpointLocation": (
         "Spark's",
-        "Spark's option; the sink's identity for exactly-once commits is derived from it",
+        "Spark's option (or `spark.sql.streaming.checkpointLocation` with `queryName`): the "
+        "checkpoint keeps the query id that is the exactly-once identity of a streaming write; a "
+        "new or reset checkpoint is a new query",
     ),
     "queryName": ("", "Spark's option, accepted"),
 }
@@ -157,6 +164,7 @@ def _check_sink_defaults() -> None:
         "lockTimeoutMs": o.lock_timeout_s == 60.0,
         "maintenance": o.maintenance is True,
         "maintenance.budgetMs": o.maintenance_budget_ms == 2000,
+        "queryRetentionMs": o.query_retention_ms == 7 * 24 * 3600 * 1000,
     }
     wrong = [name for name, ok in facts.items() if not ok]
     if wrong:

@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+LOG4J2 = Path(__file__).resolve().with_name("log4j2.properties")
+
 OWNED = ("pylog-root", "spark-checkpoints", "kafka-log-dir", "inbox")
 """The only names an example creates (and, on a re-run, removes) inside its directory."""
 
@@ -45,6 +47,7 @@ def local_spark(app: str) -> Any:
     Python workers must run this interpreter, which has pylog and pyarrow: ``PYSPARK_PYTHON``."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only (and no warning about it)
     from pyspark.sql import SparkSession
 
     from pylog.connector import DefaultSource
@@ -58,8 +61,12 @@ def local_spark(app: str) -> Any:
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
-        # short local runs: the JVM's quick compiler and a simple GC start faster on few cores
-        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+        # short local runs: the JVM's quick compiler and a simple GC start faster on few cores;
+        # Spark logs errors only (examples/log4j2.properties)
+        .config(
+            "spark.driver.extraJavaOptions",
+            f"-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Dlog4j2.configurationFile={LOG4J2.as_uri()}",
+        )
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

@@ -156,9 +156,11 @@ def start_reader(spark: Any, root: Path, checkpoints: Path) -> Any:
 
 @dataclass
 class Segments:
-    """The topic's segment files, sampled while the queries run.  A segment that compaction
-    replaces stays as ``<base>.log.deleted`` until the next commit opens the log, so sampling
-    every 0.1 s sees every segment the writer rolled (by its base offset)."""
+    """The topic's segment files, sampled every 0.1 s while the queries run: ``rolled`` holds
+    the base offset of every segment seen, ``now`` counts those on disk.  A segment lives at
+    least from the commit that rolls it until that commit's compaction replaces it (as
+    ``.log.deleted`` until the commit ends), which the sampling sees: on this data, the segments
+    seen are the 169 that the same stream leaves with ``maintenance=false``."""
 
     root: Path
     rolled: list[set[int]] = field(default_factory=lambda: [set() for _ in range(PARTITIONS)])
@@ -260,7 +262,7 @@ def run_pipeline(spark: Any, base: Path, console: Console) -> tuple[Progress, Pr
 
     live = None
     if console.is_terminal:  # drawn live on a terminal; in a pipe, the lines above are the progress
-        live = Live(view(write, read, segs), console=console, refresh_per_second=8)
+        live = Live(view(write, read, segs), console=console, refresh_per_second=8, transient=True)
     try:
         if live is not None:
             live.start()
@@ -340,10 +342,8 @@ def summarize(
         f"  {'total':>9} {written.sum():>9,} {read_per_partition.sum():>9,} {kept.sum():>9,}   "
         f"{sum(map(len, segs.rolled)):>15} -> {sum(now)}  ({size / 1024:,.0f} KiB on disk)"
     )
-    say(
-        "  read: what the reading query saw (compaction between micro-batches can drop a sensor's "
-        "older readings before it reads them); kept: the records on disk now"
-    )
+    say("  read: by the reading query; compaction may drop a sensor's older readings before it reads them")
+    say("  kept: on disk now: each sensor's latest reading, and the newest segments not yet compacted")
 
     latest = dict(
         zip(sensors.column("sensor").to_pylist(), sensors.column("latest_seq").to_pylist(), strict=True)
@@ -353,14 +353,13 @@ def summarize(
     stale = [k for k, s in zip(keys, want.tolist(), strict=True) if latest.get(k) != s]
     checks = [
         (
-            f"every reading written once: {events.total:,} in, {written.sum():,} offsets, per partition "
-            f"as Kafka's partitioner places the keys {expected.tolist()}",
+            f"every reading written once: {events.total:,} in, {written.sum():,} offsets, in each "
+            "partition as many as Kafka's partitioner sends there",
             written.tolist() == expected.tolist() and write.rows == events.total,
         ),
         (
-            f"the reading query read every partition to its end {[int(x) for x in written]} and counted "
-            f"each record once ({read.rows:,} rows in its micro-batches, {read_per_partition.sum():,} "
-            "in the aggregate)",
+            f"the reading query read every partition to its end and counted each record once "
+            f"({read.rows:,} rows read, {read_per_partition.sum():,} counted)",
             read.end_offsets == {p: int(logs[p].log_end_offset) for p in range(PARTITIONS)}
             and read.rows == int(read_per_partition.sum()),
         ),
@@ -384,8 +383,8 @@ def summarize(
     pylog_cmd = shown(Path(sys.executable).parent / "pylog")
     segment = root / f"{TOPIC}-0" / f"{0:020d}.log"
     say("\nfiles:")
-    say(f"  {shown(root)}/  the topic: a Kafka log directory ({TOPIC}-0 ... {TOPIC}-{PARTITIONS - 1})")
-    say(f"  {shown(base / 'spark-checkpoints')}/  the two queries' Spark checkpoints")
+    say(f"  {shown(root)}/  the topic, a Kafka log directory: {TOPIC}-0/ ... {TOPIC}-{PARTITIONS - 1}/")
+    say(f"  {shown(base / 'spark-checkpoints')}/  the Spark checkpoints: write-readings/, read-readings/")
     say(f"  {shown(base / 'inbox')}/  the input files")
     say("next:")
     say(f"  {pylog_cmd} describe {shown(root)}")

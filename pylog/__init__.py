@@ -32,6 +32,7 @@ from pylog.storage.errors import (
     SinkSchemaError,
     SourceOptionError,
     StorageError,
+    StorageIOError,
     TopicExistsError,
     UnknownTopicError,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "SinkSchemaError",
     "SourceOptionError",
     "StorageError",
+    "StorageIOError",
     "TopicExistsError",
     "UnknownTopicError",
     "open",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class PylogError(Exception):
     """Root of all pylog errors."""
@@ -151,3 +153,24 @@ class DamagedLogError(PylogError):
         self.directory = directory
         self.problems = list(problems or [])
         super().__init__(message)
+
+
+class StorageIOError(StorageError, OSError):
+    """An I/O failure (disk full, EIO, EACCES...) on a file of a root, naming the file and what
+    was being done.  Also an ``OSError`` (``errno``, ``strerror``, ``filename``), so code that
+    tells I/O failures from damaged content still does."""
+
+    def __init__(self, errno: int | None, strerror: str, filename: str, doing: str = "use it"):
+        super().__init__(errno, strerror, filename)
+        self.doing = doing
+
+    @classmethod
+    def wrap(cls, err: OSError, filename: object, doing: str) -> StorageIOError:
+        """``err`` as a :class:`StorageIOError` on ``filename`` (raise it ``from err``)."""
+        return cls(err.errno, err.strerror or str(err), str(filename), doing)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.errno, self.strerror, self.filename, self.doing))
+
+    def __str__(self) -> str:
+        return f"{self.filename}: cannot {self.doing}: {self.strerror} (errno {self.errno})"

@@ -28,8 +28,8 @@ EXPECTED: dict[str, list[str]] = {
         "  write batch 15: 5,000 rows",  # one micro-batch per file, with its progress line
         "80,000 readings streamed into 'readings' and read back, 4 partitions:",
         "      total    80,000 ",  # written: one offset per reading
-        "OK   every reading written once: 80,000 in, 80,000 offsets",
-        "OK   the reading query read every partition to its end",
+        "OK   every reading written once: 80,000 in, 80,000 offsets, in each partition as many as",
+        "OK   the reading query read every partition to its end and counted each record once",
         "OK   the aggregate holds the latest reading of all 1,000 sensors",
         "describe ",
         "dump --files ",

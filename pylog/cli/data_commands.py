@@ -26,9 +26,10 @@ from typing import Any, TextIO, TypedDict
 import numpy as np
 import pyarrow as pa
 
-from pylog.cli.registry import Runner, add_root_argument, command, fail, open_args_root
+from pylog.cli.registry import Runner, add_root_argument, command, fail, non_negative_int, open_args_root
+from pylog.storage.codec.columns import TIMESTAMP_RANGE
 from pylog.storage.codec.records import HEADER_TYPE
-from pylog.storage.errors import PylogError
+from pylog.storage.errors import ConfigError, OffsetOutOfRangeError, PylogError
 from pylog.storage.root.manager import Root
 from pylog.storage.root.metadata import MAX_PARTITIONS, partition_count_problem
 
@@ -92,7 +93,7 @@ def create_topic_command(parser: argparse.ArgumentParser) -> Runner:
 
     def run(args: argparse.Namespace) -> int:
         try:
-            with open_args_root(args, read_only=False) as root:
+            with open_args_root(args, read_only=False, create=True) as root:
                 existed = args.topic in root.topics()
                 root.create_topic(args.topic, args.partitions, dict(args.config), exist_ok=args.if_not_exists)
                 info = {
@@ -176,10 +177,19 @@ def parse_lines(lines: Iterable[str], fmt: str, separator: str) -> Iterator[Inpu
             except (ValueError, KeyError, TypeError) as e:
                 raise ValueError(f"line {n}: {e}") from e
             if "timestamp" in obj:
-                rec["timestamp"] = int(obj["timestamp"])
+                rec["timestamp"] = _json_int(obj["timestamp"], "timestamp", n, TIMESTAMP_RANGE)
             if "partition" in obj:
-                rec["partition"] = int(obj["partition"])
+                rec["partition"] = _json_int(obj["partition"], "partition", n, "a partition number")
             yield rec
+
+
+def _json_int(raw: Any, name: str, line_no: int, expected: str) -> int:
+    """A JSON integer field of an input line (``1.0`` is taken, ``0.5``, ``"0"`` and values
+    outside 64 bits are not: nothing is coerced silently)."""
+    v = int(raw) if isinstance(raw, float) and raw.is_integer() else raw
+    if isinstance(v, bool) or not isinstance(v, int) or not -(2**63) <= v < 2**63:
+        raise ValueError(f"line {line_no}: {name} {json.dumps(raw)} is not {expected}")
+    return v
 
 
 def _to_table(recs: list[InputRecord], now: int) -> pa.Table:
@@ -196,6 +206,14 @@ def _to_table(recs: list[InputRecord], now: int) -> pa.Table:
     )
 
 
+def _positive_int(text: str) -> int:
+    """An ``argparse`` type: an integer in [1, 2**31 - 1]."""
+    value = non_negative_int(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("expected an integer of at least 1, got 0")
+    return value
+
+
 @command("produce", "append records read from stdin or a file (JSON lines, key/value or values)")
 def produce_command(parser: argparse.ArgumentParser) -> Runner:
     add_root_argument(parser)
@@ -203,8 +221,10 @@ def produce_command(parser: argparse.ArgumentParser) -> Runner:
     parser.add_argument("--file", help="read records from this file instead of stdin")
     parser.add_argument("--format", choices=FORMATS, default="jsonl", help="input format (default jsonl)")
     parser.add_argument("--separator", default="\t", help="key/value separator for --format kv (default TAB)")
-    parser.add_argument("--partition", type=int, help="send every record to this partition")
-    parser.add_argument("--batch", type=int, default=10_000, help="records per append (default 10000)")
+    parser.add_argument("--partition", type=non_negative_int, help="send every record to this partition")
+    parser.add_argument(
+        "--batch", type=_positive_int, default=10_000, help="records per append, at least 1 (default 10000)"
+    )
     parser.add_argument(
         "--json", action="store_true", help="print one JSON object (records and offsets per partition)"
     )
@@ -223,7 +243,7 @@ def produce_command(parser: argparse.ArgumentParser) -> Runner:
                         total += _flush(root, args, pending, written)
                 total += _flush(root, args, pending, written)
         except (PylogError, ValueError, OSError) as e:
-            return fail("produce", f"{e} ({total} records were appended before the error)")
+            return fail("produce", e, f"{e} ({total} records were appended before the error)")
         finally:
             if args.file:
                 src.close()
@@ -304,7 +324,12 @@ def consume_command(parser: argparse.ArgumentParser) -> Runner:
     parser.add_argument("--partition", type=int, action="append", help="only these partitions (repeatable)")
     start = parser.add_mutually_exclusive_group()
     start.add_argument("--from-beginning", action="store_true", help="start at the log start (default)")
-    start.add_argument("--offset", type=int, help="start at this offset in every partition")
+    start.add_argument(
+        "--offset",
+        type=int,
+        help="start at this offset in every partition (an error if it is beyond the log end of every "
+        "partition read, as the API's start_offset; partitions it is beyond start at their end)",
+    )
     start.add_argument(
         "--from-timestamp",
         type=int,
@@ -332,9 +357,16 @@ def consume_command(parser: argparse.ArgumentParser) -> Runner:
 
 def _starting_offsets(root: Root, args: argparse.Namespace, parts: list[int]) -> dict[int, int]:
     out = {}
+    beyond: dict[int, tuple[int, int]] = {}
     for p in parts:
         lg = root.log(args.topic, p)
-        if args.offset is not None:
+        if args.offset is not None:  # as the API's start_offset (clamped up to the log start)
+            if args.offset < 0:
+                raise ConfigError(
+                    f"--offset {args.offset}: an offset is never negative (see --from-beginning)"
+                )
+            if args.offset > lg.log_end_offset:
+                beyond[p] = (lg.log_start_offset, lg.log_end_offset)
             out[p] = min(max(args.offset, lg.log_start_offset), lg.log_end_offset)
         elif args.from_timestamp is not None:
             hit = lg.offset_for_timestamp(args.from_timestamp)
@@ -343,6 +375,17 @@ def _starting_offsets(root: Root, args: argparse.Namespace, parts: list[int]) ->
             out[p] = lg.log_end_offset
         else:
             out[p] = lg.log_start_offset
+    if beyond:
+        ranges = ", ".join(f"partition {p}: [{lo}, {hi}]" for p, (lo, hi) in beyond.items())
+        if len(beyond) == len(parts):  # as the API: nothing there (a mistyped offset)
+            raise OffsetOutOfRangeError(
+                f"--offset {args.offset} is out of range for {args.topic!r} (beyond the log end "
+                f"offset): {ranges}"
+            )
+        print(
+            f"pylog consume: --offset {args.offset} is beyond the log end of {ranges}: from their end",
+            file=sys.stderr,
+        )
     return out
 
 

@@ -14,6 +14,7 @@ from pylog.cli.registry import (
     Runner,
     add_root_argument,
     command,
+    fail,
     non_negative_int,
     open_args_root,
 )
@@ -27,8 +28,8 @@ from pylog.tools.inspect import describe, format_describe, problems_as_json, ver
     "print the contents of segment files, as kafka-dump-log.sh does",
     "Print .log, .index, .timeindex and .txnindex files in the output format of Kafka's "
     "kafka-dump-log.sh (DumpLogSegments), and verify indexes against their .log. "
-    "Exit status as Kafka's tool: 0 when every file was dumped, even with batches whose CRC does "
-    "not match (isvalid: false) or invalid bytes at the end of a .log (printed as 'Found N "
+    "Exit status 0 when every file was dumped, as kafka-dump-log.sh, also with batches whose CRC "
+    "does not match (isvalid: false) or invalid bytes at the end of a .log (printed as 'Found N "
     "invalid bytes at the end of FILE'); 1 if a file is missing, unreadable or has a corrupt "
     "entry, or an index fails its sanity check or does not match its .log; 2 for bad arguments. "
     "'pylog verify' fails on every problem.",
@@ -114,8 +115,7 @@ def describe_command(parser: argparse.ArgumentParser) -> Runner:
         try:
             info = describe(open_args_root(args, read_only=True))
         except PylogError as e:
-            print(f"pylog describe: error: {e}", file=sys.stderr)
-            return 1
+            return fail("describe", e)
         print(json.dumps(info, indent=1) if args.json else format_describe(info))
         return 0
 
@@ -143,8 +143,7 @@ def verify_command(parser: argparse.ArgumentParser) -> Runner:
             with ItemProgress(unit="segments", enabled=not args.json) as progress:
                 problems, counts = verify(root, progress=progress.callback)
         except PylogError as e:
-            print(f"pylog verify: error: {e}", file=sys.stderr)
-            return 1
+            return fail("verify", e)
         if args.json:
             print(json.dumps({"ok": not problems, "checked": counts, "problems": problems_as_json(problems)}))
         else:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -131,8 +130,8 @@ def compact_command(parser: argparse.ArgumentParser) -> Runner:
             cleaner = Cleaner(CleanerConfig.from_dict(props))
             cleaner.offset_map  # noqa: B018 - a dedupe buffer too small for one key is a usage error
         except ConfigError as e:
-            print(f"pylog compact: error: {e}", file=sys.stderr)
-            return 2
+            fail("compact", e)
+            return 2  # a usage error, as argparse's
         return _run(args, "compact", retention=False, force=args.force, budget_s=args.budget, cleaner=cleaner)
 
     return run

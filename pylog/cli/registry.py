@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pylog.storage.backends.objectstore import is_object_url
-from pylog.storage.errors import ConfigError, PylogError
+from pylog.storage.errors import ConfigError, PylogError, StorageError
 from pylog.storage.root.manager import Root, open_root
 
 Runner = Callable[[argparse.Namespace], int]
@@ -42,15 +42,53 @@ def command(name: str, help: str, description: str | None = None) -> Callable[[B
     def register(build: Builder) -> Builder:
         if name in COMMANDS:
             raise ValueError(f"subcommand {name!r} is registered twice")
-        COMMANDS[name] = Command(name, help, description or help, build)
+        COMMANDS[name] = Command(
+            name, help, description or help, lambda parser: _guarded(name, build(parser))
+        )
         return build
 
     return register
 
 
-def fail(cmd: str, message: object) -> int:
-    """Report an error of subcommand ``cmd`` on stderr; returns exit status 1."""
-    print(f"pylog {cmd}: error: {message}", file=sys.stderr)
+_json_errors = False
+"""Whether the running subcommand was given ``--json``: its errors are then printed as JSON."""
+
+
+def _guarded(name: str, run: Runner) -> Runner:
+    """``run`` with the errors every subcommand shares reported as :func:`fail` does (exit
+    status 1), never as a traceback: a :class:`PylogError` (which names the file, option or
+    argument) and an ``OSError`` (named by its file)."""
+
+    def guarded(args: argparse.Namespace) -> int:
+        global _json_errors
+        _json_errors = bool(getattr(args, "json", False))
+        try:
+            return run(args)
+        except PylogError as e:
+            return fail(name, e)
+        except OSError as e:
+            if isinstance(e, BrokenPipeError):
+                raise
+            where = f"{e.filename}: " if e.filename is not None else ""
+            return fail(name, e, f"{where}{e.strerror or e} (errno {e.errno})")
+        finally:
+            _json_errors = False
+
+    return guarded
+
+
+def fail(cmd: str, error: object, message: str | None = None) -> int:
+    """Report an error of subcommand ``cmd`` (an exception or a message); returns exit status 1.
+
+    On stderr as ``pylog CMD: error: MESSAGE``; under ``--json`` on stdout as one JSON object
+    ``{"error": {"command": CMD, "type": TYPE, "message": MESSAGE}}`` (TYPE: the exception's
+    class, ``UsageError`` for a plain message), so scripts parse every outcome the same way."""
+    text = message if message is not None else str(error)
+    if _json_errors:
+        kind = type(error).__name__ if isinstance(error, BaseException) else "UsageError"
+        print(json.dumps({"error": {"command": cmd, "type": kind, "message": text}}))
+    else:
+        print(f"pylog {cmd}: error: {text}", file=sys.stderr)
     return 1
 
 
@@ -89,11 +127,27 @@ def storage_options(args: argparse.Namespace) -> dict[str, str] | None:
     return opts or None
 
 
-def open_args_root(args: argparse.Namespace, *, read_only: bool) -> Root:
-    """The root named by ``args.root``; a missing local directory is an error when reading."""
-    if read_only and not is_object_url(args.root) and not os.path.isdir(args.root):
-        raise PylogError(f"{args.root}: no such directory")
-    return open_root(args.root, storage_options(args), read_only=read_only)
+def open_args_root(args: argparse.Namespace, *, read_only: bool, create: bool = False) -> Root:
+    """The root named by ``args.root``.  A missing local directory is an error unless
+    ``create`` (``create-topic`` creates roots; other commands never do, so a mistyped path is
+    not silently made a new, empty root).  An object-store root that cannot be opened (a
+    storage option the filesystem does not take, a missing bucket...) is a
+    :class:`ConfigError` naming the URL and the options' names (never their values)."""
+    if not is_object_url(args.root):
+        if not create and not os.path.isdir(args.root):
+            raise StorageError(f"{args.root}: no such directory (create-topic creates a root)")
+        return open_root(args.root, storage_options(args), read_only=read_only)
+    opts = storage_options(args)
+    try:
+        return open_root(args.root, opts, read_only=read_only)
+    except PylogError:
+        raise
+    except Exception as e:  # fsspec/botocore: TypeError on an unknown option, OSError...
+        names = ", ".join(sorted(opts or {})) or "none"
+        raise ConfigError(
+            f"{args.root}: cannot open the object-store root: {type(e).__name__}: {e} "
+            f"(storage options given: {names}; from --storage-option and PYLOG_STORAGE_OPTIONS)"
+        ) from e
 
 
 # ============================================================================ arguments
@@ -108,4 +162,3 @@ def non_negative_int(text: str) -> int:
     if not 0 <= value <= 2**31 - 1:
         raise argparse.ArgumentTypeError(f"expected an integer in [0, 2147483647], got {value}")
     return value
-

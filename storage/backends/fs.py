@@ -17,10 +17,11 @@ import contextlib
 import errno
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from pylog.storage.errors import LogLockedError, StorageError
+from pylog.storage.errors import LogLockedError, StorageError, StorageIOError
 
 try:
     import fcntl
@@ -132,15 +133,29 @@ def join(*parts: str) -> str:
     return "/".join(p.strip("/") for p in parts if p)
 
 
+@contextlib.contextmanager
+def _naming(path: object, doing: str) -> Iterator[None]:
+    """An ``OSError`` (disk full, EIO, EACCES, a directory where a file belongs...) becomes a
+    :class:`StorageIOError` naming ``path`` and what was being done (still an ``OSError``)."""
+    try:
+        yield
+    except StorageIOError:
+        raise
+    except OSError as e:
+        raise StorageIOError.wrap(e, path, doing) from e
+
+
 class _LocalAppend(AppendFile):
     def __init__(self, path: Path):
         self._path = path
         # unbuffered: every write reaches the page cache at once, visible to readers
-        self._f: BinaryIO = open(path, "ab", buffering=0)  # noqa: SIM115 - closed by close()
-        self._size = self._f.seek(0, os.SEEK_END)
+        with _naming(path, "open it for appending"):
+            self._f: BinaryIO = open(path, "ab", buffering=0)  # noqa: SIM115 - closed by close()
+            self._size = self._f.seek(0, os.SEEK_END)
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
-        n = self._f.write(data)
+        with _naming(self._path, "append to it"):
+            n = self._f.write(data)
         self._size += n
         return n
 
@@ -148,13 +163,15 @@ class _LocalAppend(AppendFile):
         return self._size
 
     def fsync(self) -> None:
-        self._f.flush()
-        os.fsync(self._f.fileno())
+        with _naming(self._path, "fsync it"):
+            self._f.flush()
+            os.fsync(self._f.fileno())
 
     def truncate(self, size: int) -> None:
-        self._f.flush()
-        self._f.truncate(size)
-        self._f.seek(0, os.SEEK_END)
+        with _naming(self._path, f"truncate it to {size} bytes"):
+            self._f.flush()
+            self._f.truncate(size)
+            self._f.seek(0, os.SEEK_END)
         self._size = size
 
     def close(self) -> None:
@@ -184,12 +201,15 @@ class LocalStorage(Storage):
         p = self._abs.get(path) or self._cache_abs(path)
         try:
             fd = os.open(p, os.O_RDONLY)
-        except OSError as e:
+        except FileNotFoundError as e:  # (a reader racing a writer's rename: it lists again)
             raise StorageError(f"{p}: cannot read: {e.strerror}") from e
+        except OSError as e:
+            raise StorageIOError.wrap(e, p, "read it") from e
         try:
-            if end is None:
-                end = os.fstat(fd).st_size
-            return os.pread(fd, max(0, end - start), start)
+            with _naming(p, "read it"):  # EIO; a directory where a file belongs (EISDIR)
+                if end is None:
+                    end = os.fstat(fd).st_size
+                return os.pread(fd, max(0, end - start), start)
         finally:
             os.close(fd)
 
@@ -218,7 +238,9 @@ class LocalStorage(Storage):
             return []
 
     def makedirs(self, path: str) -> None:
-        self.resolve(path).mkdir(parents=True, exist_ok=True)
+        target = self.resolve(path)
+        with _naming(target, "create the directory"):
+            target.mkdir(parents=True, exist_ok=True)
 
     def open_append(self, path: str) -> AppendFile:
         return _LocalAppend(self.resolve(path))
@@ -226,11 +248,12 @@ class LocalStorage(Storage):
     def write_atomic(self, path: str, data: bytes) -> None:
         target = self.resolve(path)
         tmp = target.with_name(target.name + ".tmp")
-        with open(tmp, "wb") as f:
+        with _naming(tmp, "write it"), open(tmp, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, target)
+        with _naming(target, f"replace it with {tmp.name}"):
+            os.replace(tmp, target)
         self._fsync_path(target.parent)
 
     def create_exclusive(self, path: str, data: bytes) -> bool:
@@ -239,26 +262,39 @@ class LocalStorage(Storage):
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
             return False
+        except OSError as e:
+            raise StorageIOError.wrap(e, target, "create it") from e
         try:
-            os.write(fd, data)
-            os.fsync(fd)
+            with _naming(target, "write it"):
+                os.write(fd, data)
+                os.fsync(fd)
         finally:
             os.close(fd)
         self._fsync_path(target.parent)
         return True
 
     def rename(self, src: str, dst: str) -> None:
-        os.replace(self.resolve(src), self.resolve(dst))
+        source, target = self.resolve(src), self.resolve(dst)
+        with _naming(source, f"rename it to {target}"):
+            os.replace(source, target)
 
     def delete(self, path: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            self.resolve(path).unlink()
+        target = self.resolve(path)
+        try:
+            target.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise StorageIOError.wrap(e, target, "delete it") from e
 
     def rmdir(self, path: str) -> None:
-        self.resolve(path).rmdir()
+        target = self.resolve(path)
+        with _naming(target, "remove the directory"):
+            target.rmdir()
 
     def truncate(self, path: str, size: int) -> None:
-        with open(self.resolve(path), "r+b") as f:
+        target = self.resolve(path)
+        with _naming(target, f"truncate it to {size} bytes"), open(target, "r+b") as f:
             f.truncate(size)
             f.flush()
             os.fsync(f.fileno())
@@ -276,7 +312,7 @@ class LocalStorage(Storage):
             os.fsync(fd)
         except OSError as e:  # pragma: no cover
             if e.errno not in (errno.EINVAL, errno.EBADF):
-                raise
+                raise StorageIOError.wrap(e, directory, "fsync the directory") from e
         finally:
             os.close(fd)
 

@@ -6,11 +6,14 @@ null).  Vectorized: no per-record Python work for Arrow inputs.
 
 from __future__ import annotations
 
+import datetime
 import time
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+
+from pylog.storage.errors import ConfigError
 
 HEADER_TYPE = pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())])
 """Arrow type of one record header, as in Spark's Kafka source."""
@@ -22,7 +25,7 @@ def binary_parts(arr: Any, n: int, name: str) -> tuple[np.ndarray, np.ndarray, n
         return np.zeros(n, np.int64), np.zeros(1, np.uint8), np.full(n, -1, np.int64)
     a = to_binary_array(arr, name)
     if len(a) != n:
-        raise ValueError(f"column {name!r} has {len(a)} rows, expected {n}")
+        raise ConfigError(f"{name}: has {len(a)} values, expected {n} (one per record)")
     if pa.types.is_large_binary(a.type) or pa.types.is_large_string(a.type):
         off_dtype: Any = np.int64
     elif pa.types.is_binary(a.type) or pa.types.is_string(a.type):
@@ -53,26 +56,76 @@ def to_binary_array(arr: Any, name: str) -> pa.Array:
         raise TypeError(f"column {name!r} must be bytes-like values or None: {e}") from e
 
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+TIMESTAMP_RANGE = f"epoch milliseconds in [{INT64_MIN}, {INT64_MAX}] (a 64-bit integer)"
+"""What a record timestamp may be, for error messages."""
+
+
 def timestamps_ms(timestamp: Any, n: int) -> np.ndarray:
+    """``timestamp`` (None: now; one value for every record; or one per record: integers,
+    integral floats, datetimes, Arrow timestamps) as ``n`` int64 epoch milliseconds.  Raises
+    :class:`ConfigError` naming the argument (and the first bad row) otherwise."""
     if timestamp is None:
         return np.full(n, int(time.time() * 1000), dtype=np.int64)
-    if isinstance(timestamp, int | np.integer):
-        return np.full(n, int(timestamp), dtype=np.int64)
+    if isinstance(timestamp, datetime.datetime | np.datetime64 | int | float | np.number) and not isinstance(
+        timestamp, bool
+    ):
+        return np.full(n, _scalar_ms(timestamp), dtype=np.int64)
+    if isinstance(timestamp, str | bytes | bool | dict):
+        raise ConfigError(f"timestamp: expected {TIMESTAMP_RANGE} or a list of them, got {timestamp!r}")
     if isinstance(timestamp, pa.ChunkedArray):
         timestamp = timestamp.combine_chunks()
     if isinstance(timestamp, pa.Array):
-        if pa.types.is_timestamp(timestamp.type):
+        if pa.types.is_timestamp(timestamp.type) or pa.types.is_date(timestamp.type):
             timestamp = timestamp.cast(pa.timestamp("ms")).cast(pa.int64())
         if timestamp.null_count:
-            raise ValueError("timestamp column has nulls")
+            row = int(np.argmax(timestamp.is_null().to_numpy(zero_copy_only=False)))
+            raise ConfigError(f"timestamp: row {row} is null")
         timestamp = timestamp.to_numpy(zero_copy_only=False)
-    ts = np.asarray(timestamp)
+    try:
+        ts = np.asarray(timestamp)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"timestamp: not a list of {TIMESTAMP_RANGE}: {e}") from None
+    if ts.ndim != 1 or ts.shape[0] != n:
+        got = ts.shape[0] if ts.ndim else "one"
+        raise ConfigError(f"timestamp: has {got} values, expected {n} (one per record)")
     if ts.dtype.kind == "M":
         ts = ts.astype("datetime64[ms]").astype(np.int64)
+    elif ts.dtype.kind == "f":
+        bad = ~np.isfinite(ts) | (ts != np.floor(ts)) | (ts < INT64_MIN) | (ts >= 2.0**63)
+        if bad.any():
+            row = int(np.argmax(bad))
+            raise ConfigError(f"timestamp: row {row} is {float(ts[row])!r}; expected {TIMESTAMP_RANGE}")
+    elif ts.dtype.kind == "O":
+        try:
+            return np.fromiter((_scalar_ms(v) for v in ts), np.int64, n)
+        except ConfigError as e:
+            raise ConfigError(f"{e} (timestamp list)") from None
+    elif ts.dtype.kind == "u" and ts.size and ts.max() > INT64_MAX:
+        row = int(np.argmax(ts > INT64_MAX))
+        raise ConfigError(f"timestamp: row {row} is {int(ts[row])}, out of range: expected {TIMESTAMP_RANGE}")
+    elif ts.dtype.kind not in "iu":
+        first = ts[0].item() if ts.size else None
+        raise ConfigError(f"timestamp: expected {TIMESTAMP_RANGE}, got {first!r} (row 0, {ts.dtype})")
     ts = ts.astype(np.int64, copy=False)
-    if ts.shape != (n,):
-        raise ValueError(f"timestamp has shape {ts.shape}, expected ({n},)")
     return np.ascontiguousarray(ts)
+
+
+def _scalar_ms(v: Any) -> int:
+    """One timestamp as epoch milliseconds (a naive datetime is taken as local time, as
+    ``datetime.timestamp`` does)."""
+    if isinstance(v, datetime.datetime):
+        return round(v.timestamp() * 1000)
+    if isinstance(v, np.datetime64):
+        return int(v.astype("datetime64[ms]").astype(np.int64))
+    if isinstance(v, bool) or not isinstance(v, int | float | np.number):
+        raise ConfigError(f"timestamp: expected {TIMESTAMP_RANGE}, got {v!r} ({type(v).__name__})")
+    if isinstance(v, float | np.floating) and not (np.isfinite(v) and v == int(v)):
+        raise ConfigError(f"timestamp: {v!r} is not {TIMESTAMP_RANGE}")
+    out = int(v)
+    if not INT64_MIN <= out <= INT64_MAX:
+        raise ConfigError(f"timestamp: {v!r} is out of range: expected {TIMESTAMP_RANGE}")
+    return out
 
 
 def header_parts(headers: Any, n: int) -> tuple[np.ndarray, ...]:
@@ -90,12 +143,9 @@ def header_parts(headers: Any, n: int) -> tuple[np.ndarray, ...]:
     if isinstance(headers, pa.ChunkedArray):
         headers = headers.combine_chunks()
     if not isinstance(headers, pa.Array):
-        headers = pa.array(
-            [None if hs is None else [{"key": k, "value": v} for k, v in hs] for hs in headers],
-            type=pa.list_(HEADER_TYPE),
-        )
+        headers = _python_headers(headers)
     if len(headers) != n:
-        raise ValueError(f"column 'headers' has {len(headers)} rows, expected {n}")
+        raise ConfigError(f"headers: has {len(headers)} values, expected {n} (one per record)")
     list_offsets = headers.offsets.to_numpy().astype(np.int64)
     if headers.null_count:  # a null list may still span child rows; make it empty
         nulls = headers.is_null().to_numpy(zero_copy_only=False)
@@ -110,11 +160,39 @@ def header_parts(headers: Any, n: int) -> tuple[np.ndarray, ...]:
     m = int(list_offsets[-1])
     hkeys = child.field("key")
     if hkeys.null_count:
-        raise ValueError("header keys must not be null")
+        raise ConfigError("headers: header keys must not be null")
     k_start, k_data, k_len = binary_parts(hkeys, m, "headers.key")
     v_start, v_data, v_len = binary_parts(child.field("value"), m, "headers.value")
     k_off = np.concatenate([k_start, [k_start[-1] + k_len[-1]]]) if m else np.zeros(1, np.int64)
     return list_offsets, k_off, k_data, v_start, v_data, v_len
+
+
+def _python_headers(headers: Any) -> pa.Array:
+    """Python header lists (per record: None or a list of (str key, bytes/str/None value)
+    pairs) as an Arrow list array; raises :class:`ConfigError` naming the first bad record."""
+    if isinstance(headers, str | bytes | dict) or not hasattr(headers, "__iter__"):
+        raise ConfigError(f"headers: expected one list of (key, value) pairs per record, got {headers!r}")
+    headers = list(headers)
+    for row, hs in enumerate(headers):
+        if hs is None:
+            continue
+        if isinstance(hs, str | bytes | dict) or not hasattr(hs, "__iter__"):
+            raise ConfigError(f"headers: record {row}: expected a list of (key, value) pairs, got {hs!r}")
+        for pair in hs:
+            if (
+                isinstance(pair, str | bytes)
+                or not isinstance(pair, tuple | list)
+                or len(pair) != 2
+                or not isinstance(pair[0], str)
+                or not (pair[1] is None or isinstance(pair[1], bytes | bytearray | memoryview | str))
+            ):
+                raise ConfigError(
+                    f"headers: record {row}: expected (str key, bytes/str/None value) pairs, got {pair!r}"
+                )
+    return pa.array(
+        [None if hs is None else [{"key": k, "value": v} for k, v in hs] for hs in headers],
+        type=pa.list_(HEADER_TYPE),
+    )
 
 
 def varint_sizes(v: np.ndarray) -> np.ndarray:

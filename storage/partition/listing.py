@@ -13,17 +13,21 @@ builds it again when it changed.
   in the middle of a replacement sees the state before or after it, never the hole between).
   A listed file that is gone by the time it is opened means the listing is already stale: the
   directory is listed again (a missing file would otherwise pass for an empty segment, and its
-  offsets would be skipped silently).
+  offsets would be skipped silently).  So it is when a second listing, after the files were
+  opened, differs from the first: one listing of a large directory (many ``.deleted`` files
+  waiting for ``file.delete.delay.ms``) takes several system calls, and may miss a file that
+  is renamed meanwhile (:func:`stable_names`).  The list is then complete as of one instant.
 """
 
 from __future__ import annotations
 
+import errno
 import re
 import time
 
 from pylog.storage.backends.fs import Storage
 from pylog.storage.config import LogConfig
-from pylog.storage.errors import PylogError, StorageError
+from pylog.storage.errors import PylogError, StorageError, StorageIOError
 from pylog.storage.partition.segment import LogSegment
 
 _NAME = re.compile(r"^(\d{20})\.(log|index|timeindex|txnindex|snapshot)((?:\.cleaned|\.swap|\.deleted)?)$")
@@ -53,8 +57,11 @@ def _pending_swaps(parsed: list[tuple[int, str, str]]) -> list[int]:
 def _segments(storage: Storage, directory: str, config: LogConfig, names: list[str]) -> list[LogSegment]:
     parsed = [p for n in names if (p := parse(n))]
     logs = sorted(base for base, kind, suffix in parsed if kind == "log" and not suffix)
-    nexts: list[int | None] = [*logs[1:], None]
-    segments = [LogSegment(storage, directory, b, config, next_base_offset=n) for b, n in zip(logs, nexts)]
+    nexts: list[int | None] = [*logs[1:], None] if logs else []
+    segments = [
+        LogSegment(storage, directory, b, config, next_base_offset=n)
+        for b, n in zip(logs, nexts, strict=True)
+    ]
     swaps = _pending_swaps(parsed)
     if not swaps:
         return segments
@@ -64,6 +71,28 @@ def _segments(storage: Storage, directory: str, config: LogConfig, names: list[s
     # a swap emptied by compaction ends at its base: the segment of the same name is replaced too
     kept = [s for s in segments if not (lo <= s.base_offset < hi or s.base_offset in swaps)]
     return sorted(kept + swapped, key=lambda s: s.base_offset)
+
+
+def _log_files(names: list[str]) -> list[str]:
+    """The ``.log`` files among ``names``, whatever their suffix."""
+    return [n for n in names if (p := parse(n)) and p[1] == "log"]
+
+
+def stable_names(storage: Storage, directory: str) -> list[str]:
+    """The names in ``directory`` from two listings in a row that agree on its ``.log`` files.
+    One listing of a large directory takes several system calls, and a file renamed meanwhile
+    may be in it under both names or under neither (POSIX leaves it unspecified): a segment
+    that was being replaced would be missing, and its offsets would look absent."""
+    names = storage.listdir(directory)
+    for _ in range(_ATTEMPTS):
+        again = storage.listdir(directory)
+        if _log_files(again) == _log_files(names):
+            return again
+        names = again
+    raise StorageError(
+        f"{storage.describe()}/{directory}: the segment files changed between each of {_ATTEMPTS} "
+        "listings in a row; is more than one writer changing them?"
+    )
 
 
 def _opened(storage: Storage, segments: list[LogSegment]) -> bool:
@@ -80,18 +109,28 @@ def reader_segments(storage: Storage, directory: str, config: LogConfig) -> list
     """The segments of ``directory`` as a reader sees them (see the module docstring); [] when
     the directory holds none."""
     failure: BaseException | None = None
+    names = storage.listdir(directory)
     for _ in range(_ATTEMPTS):
         try:
-            segments = _segments(storage, directory, config, storage.listdir(directory))
+            segments = _segments(storage, directory, config, names)
             if _opened(storage, segments):
-                return segments
+                again = storage.listdir(directory)
+                if _log_files(again) == _log_files(names):
+                    return segments
+                names = again  # the files changed meanwhile: the listing may be torn
+                continue
+        except StorageIOError as e:  # not a race: EIO, EACCES, a directory named like a segment
+            if e.errno != errno.ENOENT:
+                raise
+            failure = e
         except (OSError, PylogError) as e:  # a file renamed between the listing and its opening
             failure = e
         time.sleep(0.001)  # a replacement is being renamed into place
+        names = storage.listdir(directory)
     raise StorageError(
         f"{storage.describe()}/{directory}: the segment files changed each of the {_ATTEMPTS} times "
         "they were listed and opened; is more than one writer changing them?"
     ) from failure
 
 
-__all__ = ["parse", "reader_segments"]
+__all__ = ["parse", "reader_segments", "stable_names"]

@@ -151,7 +151,7 @@ def _load_log(
             parent = directory.rstrip("/").rpartition("/")[0]
             storage.fsync_dir(parent)  # the new directory's name is durable (power-cut campaign)
         _remove_temp_files_and_complete_swaps(storage, directory, config, rec)
-    names = storage.listdir(directory)
+    names = [] if read_only else storage.listdir(directory)  # (a reader lists in reader_segments)
     logs = sorted({p[0] for n in names if (p := _parse(n)) and p[1] == "log" and not p[2]})
     if not read_only:
         for n in names:

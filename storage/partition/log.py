@@ -49,6 +49,7 @@ from pylog.storage.codec import batch as B
 from pylog.storage.codec import compression, records
 from pylog.storage.config import LogConfig
 from pylog.storage.errors import (
+    ConfigError,
     InvalidOffsetError,
     OffsetOutOfRangeError,
     PylogError,
@@ -66,11 +67,33 @@ _RELISTS = 100
 """Listings in a row a read-only read may take because the files changed under it (each time it
 makes no progress) before it gives up."""
 
+_DELETED = ".deleted"
 T = TypeVar("T")
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def timestamp_type(config: LogConfig) -> int:
+    """The timestamp type appended batches get: 1 (LogAppendTime: the append time replaces
+    the producer's timestamps) or 0 (CreateTime), from ``message.timestamp.type``."""
+    return 1 if config.message_timestamp_type == "LogAppendTime" else 0
+
+
+def check_keys(config: LogConfig, key: Any, where: str) -> None:
+    """A compacted topic (``cleanup.policy=compact``) refuses records without a key, as
+    Kafka's broker does."""
+    if not config.compact:
+        return
+    if key is None:
+        raise InvalidOffsetError(f"{where}: compacted topic requires keys on every record")
+    k = records._to_arrow(key, "key")
+    if k.null_count:
+        raise InvalidOffsetError(
+            f"{where}: compacted topic (cleanup.policy=compact) requires a key on every "
+            f"record; {k.null_count} records have a null key"
+        )
 
 
 @dataclass(frozen=True)
@@ -187,18 +210,10 @@ class Log:
         if codec is None:
             ct = self.config.compression_type
             codec = "none" if ct in ("producer", "uncompressed") else ct
-        ts_type = 1 if self.config.message_timestamp_type == "LogAppendTime" else 0
+        ts_type = timestamp_type(self.config)
         if ts_type == 1:
             timestamp = now
-        if self.config.compact and key is not None:
-            k = records._to_arrow(key, "key")
-            if k.null_count:
-                raise InvalidOffsetError(
-                    f"{self.directory}: compacted topic (cleanup.policy=compact) requires a key on every "
-                    f"record; {k.null_count} records have a null key"
-                )
-        elif self.config.compact:
-            raise InvalidOffsetError(f"{self.directory}: compacted topic requires keys on every record")
+        check_keys(self.config, key, self.directory)
         enc = records.encode(
             value,
             key,
@@ -412,12 +427,14 @@ class Log:
         names (a renamed, copied or overlapping segment, see :mod:`layout`): never fewer rows.
         A read-only log first lists its directory again: True when it changed (read again)."""
         j = next((i for i, s in enumerate(self.segments) if s is seg), None)
-        if j is None:
+        if j is None or seg.suffix == _DELETED:
+            # (a retired file of a read-only log may be a newer version covering more offsets
+            # than the next one, see _retired: overlapping there is expected)
             return False
         try:
             problem = layout.read_problem(
-            self.segments, j, offset, rs.batches, self._layout_checked, gaps=not self.config.compact
-        )
+                self.segments, j, offset, rs.batches, self._layout_checked, gaps=not self.config.compact
+            )
         except (OSError, PylogError):
             if not (self.read_only and relist):
                 raise
@@ -508,6 +525,15 @@ class Log:
     def offset_for_timestamp(self, timestamp: int) -> TimestampOffset | None:
         """Kafka's ListOffsets semantics: the earliest offset whose record timestamp is >=
         ``timestamp``; EARLIEST_TIMESTAMP / LATEST_TIMESTAMP / MAX_TIMESTAMP special targets."""
+        if (
+            isinstance(timestamp, bool)
+            or not isinstance(timestamp, int | np.integer)
+            or not -(2**63) <= timestamp < 2**63
+        ):
+            raise ConfigError(
+                f"timestamp: expected epoch milliseconds, an integer in [{-(2**63)}, {2**63 - 1}], "
+                f"got {timestamp!r}"
+            )
         if timestamp == EARLIEST_TIMESTAMP:
             return TimestampOffset(self.log_start_offset, -1)
         if timestamp == LATEST_TIMESTAMP:
@@ -575,7 +601,9 @@ class Log:
     def _still_listed(self, segs: list[LogSegment], i: int, k: int) -> bool:
         """Whether ``segs[i:k]`` are still the files of the directory for their offsets, so that
         what a read did not find in them is really not there: each ``.log`` is still there with
-        the size it was listed with (the last of ``segs``, the active segment, may have grown).
+        the size it was listed with.  The last of ``segs`` may have grown only while it is still
+        the active segment (no segment after it): a writer appends to the active segment alone,
+        and rewrites a segment (compaction, merges) only once it has rolled.
 
         That suffices because a writer never gives a new file a name between two existing
         segments: compaction and merges name what replaces a run of segments after the first
@@ -590,9 +618,15 @@ class Log:
                 size = self.storage.size(s.log_path) if self.storage.exists(s.log_path) else -1
             except (OSError, PylogError):
                 return False  # gone between the two calls
-            if size != s.size and not (s is segs[-1] and size > s.size):
+            if size != s.size and not (s is segs[-1] and size > s.size and self._still_active(s)):
                 return False
         return True
+
+    def _still_active(self, seg: LogSegment) -> bool:
+        """Whether no segment file follows ``seg`` (so it has not rolled: its file was only
+        appended to since it was listed)."""
+        names = listing.stable_names(self.storage, self.directory)
+        return not any(p[1] == "log" and p[0] > seg.base_offset for n in names if (p := listing.parse(n)))
 
     def _relist(self, *, refresh: bool = False) -> bool:
         """List the directory again (with ``refresh``, on the storage's newest snapshot, see
@@ -624,13 +658,14 @@ class Log:
         for s in self.segments:
             if first is not None and s.base_offset >= first:
                 break
-            d = s
-            if s.suffix != ".deleted":  # the file is the one listed, or a newer one covering more
-                d = LogSegment(self.storage, self.directory, s.base_offset, self.config, suffix=".deleted")
-            if d.size or self.storage.exists(d.log_path):
-                out.append(d)
-            else:
-                out = []
+            try:
+                d = s
+                if s.suffix != ".deleted":  # the file listed, or a newer one covering more offsets
+                    d = LogSegment(self.storage, self.directory, s.base_offset, self.config, suffix=_DELETED)
+                present = bool(d.size) or self.storage.exists(d.log_path)
+            except (OSError, PylogError):  # deleted while it was opened
+                present = False
+            out = [*out, d] if present else []
         return out
 
     def _removed(self, offset: int) -> OffsetOutOfRangeError:
@@ -639,8 +674,8 @@ class Log:
             f"{self.directory}: offsets [{offset}, {first}) were removed by retention while this reader "
             f"read them (it opened the log {now_ms() - self._opened_ms} ms ago); the files of removed "
             f"segments stay readable for file.delete.delay.ms={self.config.file_delete_delay_ms} ms (on an "
-            "object store: its objects, for the storage option pylog.file_delete_delay_ms): read them "
-            "within that time, or raise it"
+            "object store: its objects, for the storage option pylog.file_delete_delay_ms; a writer "
+            "opening the root removes them at once): read them within that time, or raise it"
         )
 
     def _unsettled(self, what: str) -> StorageError:

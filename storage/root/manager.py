@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -353,7 +354,7 @@ class Root(Transactions):
                 lg.high_watermark = self._state.high_watermarks[key] = lg.log_end_offset
             pub.write_state(self.storage, self._state)
 
-    def _acknowledge(self, keys: list[tuple[str, int]], sink: tuple[str, int] | None = None) -> None:
+    def _acknowledge(self, keys: list[tuple[str, int]], sink: pub.BatchCommit | None = None) -> None:
         """Make appended data durable and visible: fsync, then move the high watermarks (and
         record a sink's batch) in one atomic replacement of the state file."""
         for key in keys:
@@ -362,7 +363,7 @@ class Root(Transactions):
         for key in keys:
             self._state.high_watermarks[key] = self._logs[key].log_end_offset
         if sink is not None:
-            self._state.sinks[sink[0]] = sink[1]
+            self._state.record(sink)
         pub.write_state(self.storage, self._state)
         self._step("state-written")
 
@@ -372,27 +373,44 @@ class Root(Transactions):
 
     # ------------------------------------------------------------------ exactly-once publish
 
-    def last_committed_batch(self, sink_id: str) -> int:
-        """The last batch id ``sink_id`` published (-1 if none)."""
-        return pub.read_state(self.storage).sinks.get(pub.validate_sink_id(sink_id), -1)
+    def last_committed_batch(self, sink_id: str, legacy_sink: str | None = None) -> int:
+        """The last batch id the query (or sink) ``sink_id`` published (-1 if none); see
+        ``PublishState.last_batch`` for ``legacy_sink``."""
+        return pub.read_state(self.storage).last_batch(pub.validate_sink_id(sink_id), legacy_sink)
 
     @mutation
     def publish(
-        self, sink_id: str, batch_id: int, staged: list[pub.StagedFile]
+        self,
+        sink_id: str,
+        batch_id: int,
+        staged: list[pub.StagedFile],
+        *,
+        exactly_once: bool = True,
+        legacy_sink: str | None = None,
+        now: int | None = None,
+        retention_ms: int = pub.DEFAULT_QUERY_RETENTION_MS,
     ) -> dict[tuple[str, int], AppendInfo] | None:
-        """Publish staged batches as batch ``batch_id`` of ``sink_id``, exactly once.
+        """Publish staged batches as batch ``batch_id`` of the writer ``sink_id`` (a streaming
+        query id), exactly once.
 
         Returns what was appended per (topic, partition), or None when this batch (or a later
-        one) was already published by this sink: a replay, which is skipped.  Staged files of
-        this sink up to ``batch_id`` are removed either way.  Files are appended in a
-        deterministic order (topic, partition, file name), offsets assigned by each log."""
+        one) was already published by this writer: a replay, which is skipped.  Staged files
+        of this writer up to ``batch_id`` are removed either way.  Files are appended in a
+        deterministic order (topic, partition, file name), offsets assigned by each log.
+        Without ``exactly_once`` (batch writes: each is its own writer) nothing is checked or
+        recorded.  ``now`` (ms, default: the clock) dates the writer's record; records of
+        writers not seen for ``retention_ms`` are dropped."""
         pub.validate_sink_id(sink_id)
         self._ensure_writer()
         self._state = pub.read_state(self.storage)
         topics = sorted({f.topic for f in staged})
-        if batch_id <= self._state.sinks.get(sink_id, -1):
+        if exactly_once and batch_id <= self._state.last_batch(sink_id, legacy_sink):
             self.sweep_staged(sink_id, batch_id, topics)
             return None
+        record = None
+        if exactly_once:
+            now = int(time.time() * 1000) if now is None else now
+            record = pub.BatchCommit(sink_id, batch_id, now, retention_ms, legacy_sink)
         out: dict[tuple[str, int], AppendInfo] = {}
         groups = pub.group_staged(staged)
         self._ensure_high_watermarks(list(groups))
@@ -402,7 +420,7 @@ class Root(Transactions):
                 if data:
                     out[(topic, p)] = self.writable_log(topic, p).append_batches(data, assign_offsets=True)
                 self._step("appended")
-            self._acknowledge(list(out), sink=(sink_id, batch_id))
+            self._acknowledge(list(out), sink=record)
         self.sweep_staged(sink_id, batch_id, topics)
         return out
 

@@ -13,18 +13,33 @@ topics and partition counts inferred from the directory names, with default conf
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from pylog.storage.backends.fs import Storage
 from pylog.storage.config import LogConfig
-from pylog.storage.errors import ConfigError, CorruptMetadataError, UnknownTopicError
+from pylog.storage.errors import ConfigError, CorruptMetadataError, StorageIOError, UnknownTopicError
 
 TOPICS_FILE = "pylog-topics.json"
 VERSION = 1
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+
+
+@contextlib.contextmanager
+def root_step(storage: Storage, path: str, doing: str) -> Iterator[None]:
+    """A step the root runs itself on ``path`` (relative to the root; "" for the root
+    directory): an ``OSError`` becomes a :class:`StorageIOError` naming the file (one that
+    already names its file, a backend's, passes unchanged)."""
+    try:
+        yield
+    except StorageIOError:
+        raise
+    except OSError as e:
+        where = f"{storage.describe()}/{path}" if path else storage.describe()
+        raise StorageIOError.wrap(e, e.filename if e.filename is not None else where, doing) from e
 
 
 def partition_dir(topic: str, partition: int) -> str:
@@ -70,12 +85,16 @@ class TopicMetadata:
     @classmethod
     def load(cls, storage: Storage) -> TopicMetadata:
         """``pylog-topics.json``, or the topics inferred from the partition directories without it."""
-        if storage.exists(TOPICS_FILE):
-            return cls(storage, _parse(storage.read(TOPICS_FILE), f"{storage.describe()}/{TOPICS_FILE}"))
+        with root_step(storage, TOPICS_FILE, "read it"):
+            data = storage.read(TOPICS_FILE) if storage.exists(TOPICS_FILE) else None
+        if data is not None:
+            return cls(storage, _parse(data, f"{storage.describe()}/{TOPICS_FILE}"))
         inferred: dict[str, int] = {}
-        for name in storage.listdir(""):
+        with root_step(storage, "", "list the partition directories of"):
+            names = [n for n in storage.listdir("") if _PARTITION_DIR.match(n) and storage.isdir(n)]
+        for name in names:
             m = _PARTITION_DIR.match(name)
-            if m and storage.isdir(name):
+            if m:
                 if int(m.group(2)) >= MAX_PARTITIONS:
                     raise CorruptMetadataError(
                         f"{storage.describe()}/{name}: a partition directory beyond the limit of "
@@ -87,7 +106,8 @@ class TopicMetadata:
 
     def save(self) -> None:
         doc = {"version": VERSION, "topics": self._topics}
-        self.storage.write_atomic(TOPICS_FILE, json.dumps(doc, indent=1, sort_keys=True).encode())
+        with root_step(self.storage, TOPICS_FILE, "write it"):
+            self.storage.write_atomic(TOPICS_FILE, json.dumps(doc, indent=1, sort_keys=True).encode())
 
     def names(self) -> list[str]:
         return sorted(self._topics)

@@ -1,8 +1,19 @@
 """Atomic publishing: high watermarks and exactly-once sink commits in one state file.
 
-    <root>/pylog-state.json   {"version": 1,
+    <root>/pylog-state.json   {"version": 2,
                                "high_watermarks": {"<topic>": {"<partition>": <offset>}},
+                               "queries": {"<query id>": {"batch": <last committed batch id>,
+                                                          "seen": <ms of its last commit>}},
                                "sinks": {"<sink id>": <last committed batch id>}}
+
+``queries`` holds one record per streaming query (Spark's query id, kept in the query's
+checkpoint): the exactly-once key.  A record not refreshed by a commit for the retention time
+(``DEFAULT_QUERY_RETENTION_MS``, the sink option ``queryRetentionMs``) is dropped by the next
+commit, as Delta Lake expires its ``txn`` entries.  ``sinks`` are records of version 1 files,
+keyed by a hash of the checkpoint location: kept as read, consulted once by the first commit of
+a query that names that sink (``legacy_sink``), and then replaced by the query's record.  A
+version 1 file is read as version 2 with its ``sinks`` and no ``queries``, and written back as
+version 2.
 
 The high watermark (HW) of a partition is the end of its *acknowledged* data: readers never
 read at or beyond it, and a writer that opens the root truncates each log back to its HW
@@ -12,10 +23,10 @@ to its high watermark.  A publish therefore is:
 1. append the staged batches to their partition logs (offsets assigned by the log, as a
    partition leader does) and fsync them;
 2. replace ``pylog-state.json`` (tmp → fsync → rename → fsync dir) with the new HWs *and*
-   the sink's batch id.
+   the query's batch id.
 
 Step 2 is a single atomic rename, so the data becoming visible and the record of
-(sink, batchId) that makes a replay a no-op happen together: a crash before it leaves the
+(query, batchId) that makes a replay a no-op happen together: a crash before it leaves the
 appended bytes invisible (and truncated by the next writer), a crash after it leaves a
 committed batch that a replayed ``commit`` skips.  Partitions without a HW entry (logs copied
 from Kafka, or roots from before this file existed) are readable up to their log end.
@@ -35,56 +46,122 @@ from dataclasses import dataclass, field
 
 from pylog.storage.backends.fs import Storage
 from pylog.storage.errors import CorruptMetadataError, PylogError
-from pylog.storage.root.metadata import partition_dir
+from pylog.storage.root.metadata import partition_dir, root_step
 
 STATE_FILE = "pylog-state.json"
 STAGE_PREFIX = ".pylog-stage."
 _SINK_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
+DEFAULT_QUERY_RETENTION_MS = 7 * 24 * 3600 * 1000
+"""How long the record of a streaming query that stopped committing is kept (7 days): a
+query restarted later than that from its checkpoint is a new query, and a replay of its last
+batch is written again."""
+
+STATE_VERSION = 2
+
+
+@dataclass(frozen=True)
+class QueryRecord:
+    batch: int  # the last batch id the query published
+    seen: int  # ms since the epoch of that commit
+
+
+@dataclass(frozen=True)
+class BatchCommit:
+    """What a publish records with its high watermarks: ``batch`` of the writer ``query``
+    (Spark's streaming query id), at ``now`` ms; records of other queries older than
+    ``retention_ms`` are dropped; ``legacy_sink`` names a version 1 sink record that this
+    commit replaces."""
+
+    query: str
+    batch: int
+    now: int
+    retention_ms: int = DEFAULT_QUERY_RETENTION_MS
+    legacy_sink: str | None = None
+
+
 @dataclass
 class PublishState:
-    """High watermarks per (topic, partition) and the last committed batch per sink."""
+    """High watermarks per (topic, partition) and the last committed batch per query."""
 
     high_watermarks: dict[tuple[str, int], int] = field(default_factory=dict)
-    sinks: dict[str, int] = field(default_factory=dict)
+    sinks: dict[str, int] = field(default_factory=dict)  # version 1 records, by sink id
+    queries: dict[str, QueryRecord] = field(default_factory=dict)
+
+    def last_batch(self, query: str, legacy_sink: str | None = None) -> int:
+        """The last batch ``query`` published (-1 if none).  A query without a record of its
+        own is answered from the version 1 record of ``legacy_sink`` (a query that ran on an
+        older pylog, keyed by its checkpoint), until its first commit replaces it."""
+        rec = self.queries.get(query)
+        if rec is not None:
+            return rec.batch
+        if query in self.sinks:  # direct callers that keyed their publishes by sink id
+            return self.sinks[query]
+        return self.sinks.get(legacy_sink, -1) if legacy_sink else -1
+
+    def record(self, commit: BatchCommit) -> None:
+        """Record a published batch and expire queries not seen for ``retention_ms``."""
+        self.sinks.pop(commit.query, None)
+        if commit.legacy_sink:
+            self.sinks.pop(commit.legacy_sink, None)
+        self.queries[commit.query] = QueryRecord(commit.batch, commit.now)
+        horizon = commit.now - commit.retention_ms
+        for q in [q for q, r in self.queries.items() if r.seen < horizon and q != commit.query]:
+            del self.queries[q]
 
     def to_json(self) -> bytes:
         hw: dict[str, dict[str, int]] = {}
         for (topic, p), off in sorted(self.high_watermarks.items()):
             hw.setdefault(topic, {})[str(p)] = off
+        queries = {q: {"batch": r.batch, "seen": r.seen} for q, r in sorted(self.queries.items())}
         return json.dumps(
-            {"version": 1, "high_watermarks": hw, "sinks": dict(sorted(self.sinks.items()))}, indent=1
+            {
+                "version": STATE_VERSION,
+                "high_watermarks": hw,
+                "queries": queries,
+                "sinks": dict(sorted(self.sinks.items())),
+            },
+            indent=1,
         ).encode()
 
     @staticmethod
     def from_json(data: bytes, path: str) -> PublishState:
         try:
             doc = json.loads(data)
-            if doc.get("version") != 1:
-                raise ValueError(f"unsupported version {doc.get('version')!r} (expected 1)")
+            version = doc.get("version")
+            if version not in (1, STATE_VERSION):
+                raise ValueError(f"unsupported version {version!r} (expected 1 or {STATE_VERSION})")
             hw = {
                 (str(t), int(p)): int(o)
                 for t, parts in doc["high_watermarks"].items()
                 for p, o in parts.items()
             }
             sinks = {str(k): int(v) for k, v in doc["sinks"].items()}
+            queries = {
+                str(q): QueryRecord(int(r["batch"]), int(r["seen"]))
+                for q, r in (doc["queries"] if version == STATE_VERSION else {}).items()
+            }
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise CorruptMetadataError(f"{path}: not a valid pylog state file: {e}") from e
-        return PublishState(hw, sinks)
+        return PublishState(hw, sinks, queries)
 
 
 def read_state(storage: Storage) -> PublishState:
-    if not storage.exists(STATE_FILE):
-        return PublishState()
-    return PublishState.from_json(storage.read(STATE_FILE), f"{storage.describe()}/{STATE_FILE}")
+    with root_step(storage, STATE_FILE, "read it"):  # an I/O error names the file
+        if not storage.exists(STATE_FILE):
+            return PublishState()
+        data = storage.read(STATE_FILE)
+    return PublishState.from_json(data, f"{storage.describe()}/{STATE_FILE}")
 
 
 def write_state(storage: Storage, state: PublishState) -> None:
-    storage.write_atomic(STATE_FILE, state.to_json())
+    with root_step(storage, STATE_FILE, "write it"):
+        storage.write_atomic(STATE_FILE, state.to_json())
 
 
 def validate_sink_id(sink_id: str) -> str:
+    """A writer's identity (a streaming query id, or a sink id) as used in file names."""
     if not isinstance(sink_id, str) or not _SINK_ID.match(sink_id):
         raise PylogError(f"sink id {sink_id!r} must be 1-128 characters of [A-Za-z0-9_-]")
     return sink_id
@@ -166,9 +243,13 @@ def sweep_staged(
 
 
 __all__ = [
+    "DEFAULT_QUERY_RETENTION_MS",
     "STAGE_PREFIX",
     "STATE_FILE",
+    "STATE_VERSION",
+    "BatchCommit",
     "PublishState",
+    "QueryRecord",
     "StagedFile",
     "group_staged",
     "parse_stage_name",

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from pylog.storage.codec import records
+from pylog.storage.codec.columns import timestamps_ms
 from pylog.storage.codec.partitioner import partition_for_keys
 from pylog.storage.errors import ConfigError
 
@@ -64,14 +65,17 @@ class Router:
             timestamp = data.column("timestamp") if "timestamp" in cols else timestamp
             headers = data.column("headers") if "headers" in cols else headers
             if partition is None and "partition" in cols:
-                pcol = data.column("partition").to_numpy(zero_copy_only=False)
-                parts = np.asarray(pcol, dtype=np.int64)
+                parts = _partition_column(data.column("partition"))
         else:
             value = data
         values = records._to_arrow(value, "value")
         n_rows = len(values)
+        _check_length(key, "key", n_rows)
+        _check_length(headers, "headers", n_rows)
+        if timestamp is not None:
+            timestamp = timestamps_ms(timestamp, n_rows)  # checked before anything is written
         if partition is not None:
-            parts = np.full(n_rows, partition, dtype=np.int64)
+            parts = np.full(n_rows, _partition_number(partition), dtype=np.int64)
         elif parts is None:
             parts = (
                 np.full(n_rows, -1, np.int64)
@@ -104,6 +108,38 @@ class Router:
             }
             out[int(sorted_parts[lo])] = Rows(**sl)
         return out
+
+
+def _partition_number(partition: Any) -> int:
+    """The ``partition`` argument: an integer (not a float, string or bool, which Kafka's
+    producer refuses too)."""
+    if isinstance(partition, bool) or not isinstance(partition, int | np.integer):
+        raise ConfigError(
+            f"partition: expected an integer partition number, got {partition!r} ({type(partition).__name__})"
+        )
+    return int(partition)
+
+
+def _partition_column(col: pa.ChunkedArray) -> np.ndarray:
+    """A table's ``partition`` column: integers without nulls."""
+    if not pa.types.is_integer(col.type):
+        raise ConfigError(f"the 'partition' column must hold integer partition numbers, not {col.type}")
+    if col.null_count:
+        row = int(np.argmax(col.is_null().to_numpy(zero_copy_only=False)))
+        raise ConfigError(f"the 'partition' column is null in row {row}")
+    return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _check_length(col: Any, name: str, n: int) -> None:
+    """A per-record argument (``key``, ``headers``) has one value per record."""
+    if col is None or isinstance(col, int | np.integer | str | bytes):
+        return
+    try:
+        size = len(col)
+    except TypeError:
+        return  # not a sequence: refused by the encoder, naming it
+    if size != n:
+        raise ConfigError(f"{name}: has {size} values, expected {n} (one per record)")
 
 
 def _take(col: Any, indices: pa.Array, n: int) -> Any:

@@ -39,7 +39,7 @@ from pylog.storage.partition import layout
 from pylog.storage.partition.loader import Recovery, load_log
 from pylog.storage.partition.log import Log
 from pylog.storage.partition.segment import LogSegment, segment_name
-from pylog.storage.root.metadata import partition_dir
+from pylog.storage.root.metadata import partition_dir, root_step
 from pylog.storage.root.publish import STATE_FILE
 
 log = logging.getLogger("pylog.storage")
@@ -80,9 +80,11 @@ def start_writing(storage: Storage) -> WriterStart:
     """Consume the clean-shutdown marker and read the checkpoints (the lock must be held).
 
     A damaged checkpoint raises :class:`CorruptCheckpointError`: a writer never guesses."""
-    had_clean_shutdown = storage.exists(CLEAN_SHUTDOWN)
-    storage.delete(CLEAN_SHUTDOWN)  # a crash from here on is an unclean shutdown
-    storage.fsync_dir("")
+    with root_step(storage, CLEAN_SHUTDOWN, "delete it"):
+        had_clean_shutdown = storage.exists(CLEAN_SHUTDOWN)
+        storage.delete(CLEAN_SHUTDOWN)  # a crash from here on is an unclean shutdown
+    with root_step(storage, "", "fsync the root directory"):
+        storage.fsync_dir("")
     return WriterStart(
         had_clean_shutdown,
         ckpt.read_offsets(storage, ckpt.RECOVERY_POINT),
@@ -157,7 +159,8 @@ def open_log(
     lg.high_watermark = high_watermark
     if high_watermark is not None and lg.log_end_offset > high_watermark:
         # written by a publish that never completed: never visible, so roll it back
-        result.recovery.unpublished_bytes = lg.truncate_to(high_watermark)
+        with root_step(storage, directory, f"truncate what lies past the high watermark {high_watermark} in"):
+            result.recovery.unpublished_bytes = lg.truncate_to(high_watermark)
         log.warning(
             "%s: removed %d unacknowledged bytes past the high watermark %d",
             lg.directory,
@@ -241,7 +244,8 @@ def write_checkpoints(
 
 def mark_clean_shutdown(storage: Storage) -> None:
     """The next writer may skip recovery (written after the logs were closed and checkpointed)."""
-    storage.write_atomic(CLEAN_SHUTDOWN, CLEAN_SHUTDOWN_CONTENT)
+    with root_step(storage, CLEAN_SHUTDOWN, "write it"):
+        storage.write_atomic(CLEAN_SHUTDOWN, CLEAN_SHUTDOWN_CONTENT)
 
 
 # ---------------------------------------------------------------------- repairing damaged logs

@@ -107,6 +107,6 @@ def test_streaming_round_trip_on_s3_keeps_the_object_count_bounded(
 
 
 def _sink_id(root: Any) -> str:
-    sinks = root._state.sinks
-    assert len(sinks) == 1, sinks
-    return str(next(iter(sinks)))
+    queries = root._state.queries  # keyed by the streaming query's id
+    assert len(queries) == 1, queries
+    return str(next(iter(queries)))

@@ -35,7 +35,8 @@ from tests.reliability.fuzz_targets import TARGETS, fuzz_for
 from tests.reliability.killer import run_kills
 from tests.reliability.workload import PowerCutWorkload
 
-SPLIT = {"power": 0.30, "kills": 0.20, "faults": 0.10, "readers": 0.10, "fuzz": 0.20, "model": 0.10}  # after crash points
+# shares of the time left after the crash points
+SPLIT = {"power": 0.30, "kills": 0.20, "faults": 0.10, "readers": 0.10, "fuzz": 0.20, "model": 0.10}
 
 
 def crash_points() -> dict[str, Any]:

@@ -80,7 +80,13 @@ class Figures:
     relistings: int = 0  # times a reader listed a partition again because the writer changed it
     planned_ranges_lost: int = 0  # Spark tasks whose planned start retention removed before they began
     writer_errors: int = 0
+    by_reader: dict[str, dict[str, int]] = field(default_factory=dict)  # reads, failed, missing
     failures: list[str] = field(default_factory=list)
+
+    def count(self, how: str, **figures: int) -> None:
+        mine = self.by_reader.setdefault(how, {"reads": 0, "failed": 0, "missing": 0})
+        for k, v in figures.items():
+            mine[k] += v
 
     @property
     def violations(self) -> int:
@@ -219,6 +225,7 @@ class _Run:
             problems.append(f"{missing.size} write-once offsets missing, first {int(missing[0])}")
         with self.lock:
             self.fig.reads += 1
+            self.fig.count(how, reads=1, missing=int(missing.size))
             self.fig.records_read += int(offsets.size)
             if problems and len(self.fig.failures) < 100:
                 self.fig.failures.append(f"{how} [{lo}, {hi}): {'; '.join(problems)}")
@@ -265,7 +272,7 @@ class _Run:
         self.check(np.concatenate(offsets) if offsets else np.zeros(0, np.int64), values, lo, hi, how)
 
     def reader(self, index: int) -> None:
-        kinds = ["fresh root", "long-lived root"] + (["spark task"] if self.spark is not None else [])
+        kinds = ["fresh root", "long-lived root", "spark task"] if self.spark else ["fresh root", "long-lived root"]
         how = kinds[index % len(kinds)]
         long_lived: Root | None = None
         opened = 0.0
@@ -287,10 +294,13 @@ class _Run:
                     with self.lock:
                         self.fig.reads += 1
                         self.fig.failed_reads += 1
+                        self.fig.count(how, reads=1, failed=1)
                         if len(self.fig.failures) < 100:
                             where = traceback.extract_tb(e.__traceback__)[-9:]
                             trail = " <- ".join(f"{f.name}:{f.lineno}" for f in reversed(where))
                             self.fig.failures.append(f"{how}: {type(e).__name__}: {e} (at {trail})")
+                    if root is not None and root is long_lived:
+                        long_lived = None  # a consumer that failed starts again with a new root
                 finally:
                     if root is not None and root is not long_lived:
                         root.close()
@@ -358,7 +368,6 @@ def run(
     return r.run()
 
 
-
 def campaign(seconds: float, seed: int) -> dict[str, Any]:
     """The campaign's share: two thirds of ``seconds`` on local disk (compaction, retention,
     merges, the default delete delay), one third on moto's S3 server with superseded objects
@@ -385,7 +394,16 @@ def campaign(seconds: float, seed: int) -> dict[str, Any]:
             server.filesystem().mkdir(BUCKET)
             options = {**server.options, "pylog.file_delete_delay_ms": "0"}
             url = f"s3://{BUCKET}/{uuid.uuid4().hex[:12]}"
-            fig = run(url, options, seconds=seconds / 3, seed=seed, readers=2, fetch_bytes=2048, pause=0.05, retention=False)
+            fig = run(
+                url,
+                options,
+                seconds=seconds / 3,
+                seed=seed,
+                readers=3,
+                fetch_bytes=2048,
+                pause=0.05,
+                retention=False,
+            )
             out["s3"] = fig.as_dict()
         finally:
             objectstore._CACHE = cache

@@ -24,6 +24,7 @@ from pylog.storage.errors import OffsetOutOfRangeError
 from pylog.storage.maintenance.merge import merge_small_segments
 from pylog.storage.maintenance.runner import maintain
 from pylog.storage.partition.log import Log, now_ms
+from pylog.storage.partition.segment import LogSegment, relative_headers
 from pylog.storage.root.manager import Root
 from tests.conftest import Backend
 from tests.reliability.concurrent_readers import run
@@ -57,7 +58,16 @@ def test_reader_loop_beside_compaction_retention_and_merges(
         options["pylog.file_delete_delay_ms"] = "0"
         _as_other_processes(monkeypatch)
         # (moto's server shares this process: fewer readers, with pauses, leave the writer time)
-        fig = run(backend.url, options, seconds=5.0, seed=19, readers=2, fetch_bytes=2048, pause=0.05, retention=False)
+        fig = run(
+            backend.url,
+            options,
+            seconds=5.0,
+            seed=19,
+            readers=3,
+            fetch_bytes=2048,
+            pause=0.05,
+            retention=False,
+        )
     assert fig.failures == [], fig.as_dict()
     assert fig.failed_reads == fig.missing_offsets == fig.two_valued_offsets == fig.unordered_reads == 0
     assert fig.reads >= 20 and fig.records_read > 0
@@ -111,11 +121,12 @@ def _fill(root: Root, n: int) -> dict[int, bytes]:
     return once
 
 
-def _check(lg: Log, once: dict[int, bytes], what: str) -> int:
-    """Read all of ``lg`` (small fetches): every write-once offset in its range, with its value."""
+def _check(lg: Log, once: dict[int, bytes], what: str, fetch: int = 100) -> int:
+    """Read all of ``lg`` (``fetch`` bytes at a time): every write-once offset in its range,
+    with its value."""
     lo, hi = lg.log_start_offset, lg.log_end_offset
     got: dict[int, bytes] = {}
-    for rs in lg.iter_record_sets(lo, hi, max_bytes=100):
+    for rs in lg.iter_record_sets(lo, hi, max_bytes=fetch):
         t = rs.data_records()
         for o, v in zip(t.column("offset").to_pylist(), t.column("value").to_pylist(), strict=True):
             assert got.setdefault(o, v) == v, f"{what}: offset {o} served twice"
@@ -226,6 +237,76 @@ def test_a_listing_stale_before_its_files_are_opened_skips_nothing(tmp_path: Pat
     reader = Root(st, read_only=True)
     assert _check(reader.log(T, 0), once, f"reader whose listing the {change} made stale") == len(once)
     assert st.change is None  # (the change did run in between)
+    reader.close()
+    writer.close()
+
+
+class _TornListing(LocalStorage):
+    """A reader's storage whose first listing of a partition directory is torn, as one of a
+    large directory can be (several ``getdents`` calls): the writer's ``change`` renames the
+    files of segment ``base`` while the listing runs, and the listing has them under neither
+    name."""
+
+    change: Callable[[], None] | None = None
+    base = 0
+
+    def listdir(self, path: str = "") -> list[str]:
+        names = super().listdir(path)
+        if self.change is None or not path:
+            return names
+        change, self.change = self.change, None
+        change()
+        return [n for n in names if not n.startswith(f"{self.base:020d}.")]
+
+
+def _rewrite(lg: Log, *segs: LogSegment) -> None:
+    """Replace ``segs`` (adjacent) by one copy of their batches named after the first, with the
+    swap protocol: what compaction does to a group that loses nothing, or a merge."""
+    copy = LogSegment(lg.storage, lg.directory, segs[0].base_offset, lg.config, suffix=".cleaned")
+    copy.open_for_append()
+    for seg in segs:
+        for loc in seg.iter_batches(0):
+            copy.append(loc.data, relative_headers(loc.headers, loc.start))
+    copy.on_become_inactive()
+    lg.replace_segments([copy], list(segs), now=now_ms())
+
+
+def test_a_torn_listing_skips_nothing(tmp_path: Path) -> None:
+    """A listing that missed a segment being replaced (its files under neither name) lists a
+    log with a hole whose other files are all there: the offsets of the missing segment were
+    skipped silently."""
+    writer = Root(LocalStorage(tmp_path))
+    writer.create_topic(T, 1, CONFIG)
+    once = _fill(writer, 20)
+    lg = writer.writable_log(T, 0)
+    assert len(lg.segments) >= 3
+    middle = lg.segments[1]
+    st = _TornListing(tmp_path)
+    st.base = middle.base_offset
+    st.change = lambda: _rewrite(lg, middle)
+    reader = Root(st, read_only=True)
+    assert _check(reader.log(T, 0), once, "reader whose listing was torn") == len(once)
+    assert st.change is None
+    reader.close()
+    writer.close()
+
+
+def test_retention_after_a_merge_under_a_reader(tmp_path: Path) -> None:
+    """A reader listed segments A, B, C; the writer merged A and B into A', then retention
+    removed A'.  The reader finds A.deleted (now A', covering B's offsets too) and B.deleted
+    (the B it listed): overlapping files of two layouts, both right, read without a "damaged
+    log" error and without a gap."""
+    writer = Root(LocalStorage(tmp_path))
+    writer.create_topic(T, 1, CONFIG)
+    once = _fill(writer, 30)
+    lg = writer.writable_log(T, 0)
+    assert len(lg.segments) >= 4
+    reader = Root(LocalStorage(tmp_path), read_only=True)
+    view = reader.log(T, 0)
+    _rewrite(lg, lg.segments[0], lg.segments[1])
+    lg.delete_segments(lg.segments[:1], now=now_ms())
+    assert _check(view, once, "reader beside a merge and retention", fetch=1 << 20) == len(once)
+    assert view.relistings > 0
     reader.close()
     writer.close()
 

@@ -193,3 +193,57 @@ def test_state_file_is_validated(tmp_path: Path) -> None:
         pylog.open(tmp_path)
     with pytest.raises(pylog.PylogError, match="sink id"):
         pub.stage_name("bad id!", 0, 0, 0)
+
+
+DAY = 24 * 3600 * 1000
+
+
+def test_queries_not_seen_for_the_retention_time_are_expired(root: Root, backend: Backend) -> None:
+    t0 = 1_700_000_000_000
+    root.publish("qa", 0, [stage(root, "t", 0, "qa", 0, 0, [b"a"])], now=t0, retention_ms=7 * DAY)
+    root.publish("qb", 5, [stage(root, "t", 0, "qb", 5, 0, [b"b"])], now=t0 + 6 * DAY, retention_ms=7 * DAY)
+    assert root.last_committed_batch("qa") == 0  # 6 days: still known, a replay is skipped
+    assert root.publish("qa", 0, [stage(root, "t", 0, "qa", 0, 1, [b"a"])], now=t0 + 6 * DAY) is None
+    # qb commits 8 days after qa's last commit: qa's record is dropped, qb's kept
+    root.publish("qb", 6, [stage(root, "t", 1, "qb", 6, 0, [b"c"])], now=t0 + 8 * DAY, retention_ms=7 * DAY)
+    root.close()
+    with backend.open(read_only=True) as r:
+        state = pub.read_state(r.storage)
+    assert state.queries == {"qb": pub.QueryRecord(6, t0 + 8 * DAY)}
+    assert sorted(values_of(backend)) == [b"a", b"b", b"c"]
+
+
+def test_version_1_state_file_is_read_and_upgraded(tmp_path: Path) -> None:
+    root = pylog.open(tmp_path)
+    root.create_topic("t", partitions=1)
+    root.publish("q1", 0, [stage(root, "t", 0, "q1", 0, 0, [b"a"])])
+    root.close()
+    v1 = {"version": 1, "high_watermarks": {"t": {"0": 1}}, "sinks": {"ck-sink": 4, "other": 2}}
+    (tmp_path / pub.STATE_FILE).write_text(json.dumps(v1))
+    root = pylog.open(tmp_path)
+    # a query first seen is answered from the version 1 record of its sink (checkpoint) id
+    assert root.last_committed_batch("query-1", legacy_sink="ck-sink") == 4
+    assert (
+        root.publish("query-1", 4, [stage(root, "t", 0, "query-1", 4, 0, [b"x"])], legacy_sink="ck-sink")
+        is None
+    )
+    out = root.publish(
+        "query-1", 5, [stage(root, "t", 0, "query-1", 5, 0, [b"b"])], legacy_sink="ck-sink", now=7
+    )
+    assert out is not None
+    root.close()
+    doc = json.loads((tmp_path / pub.STATE_FILE).read_text())
+    assert doc["version"] == pub.STATE_VERSION
+    assert doc["queries"] == {"query-1": {"batch": 5, "seen": 7}}
+    assert doc["sinks"] == {"other": 2}  # replaced by the query's record; others stay as read
+    assert values_of(tmp_path) == [b"a", b"b"]
+
+
+def test_unrecorded_publish_of_a_batch_write(root: Root, backend: Backend) -> None:
+    for task in range(2):
+        f = stage(root, "t", 0, "w1", 0, task, [b"v%d" % task])
+        assert root.publish("w1", 0, [f], exactly_once=False) is not None  # never taken for a replay
+    root.close()
+    assert sorted(values_of(backend)) == [b"v0", b"v1"]
+    with backend.open(read_only=True) as r:
+        assert r.last_committed_batch("w1") == -1
