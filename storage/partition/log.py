@@ -6,40 +6,15 @@ a full index, or a relative-offset overflow; reads find the floor segment with a
 over segment base offsets, then the index, then scan forward; timestamp lookups go through
 the time indexes.  Recovery and loading live in :mod:`loader`.
 
-Reading beside a writer.  A read-only log (a lock-free reader: Spark tasks, ``pylog consume``)
-holds a list of segments taken from a listing of the directory (:mod:`listing`) and opens
-their files by name when it reads, while the writer replaces segments (compaction, merges) and
-removes them (retention).  A Kafka broker's in-flight fetch keeps the file it has open; a
-reader here has only the name, so every conclusion a read draws from the list is checked
-against the directory before it is used:
-
-* a read that fails (a file renamed or deleted meanwhile, bytes that do not decode) lists the
-  directory again and continues on the new list from the offset it needs; the same files
-  failing twice is a real error, and raised;
-* a read that finds nothing in a segment and goes on to a later one, or ends, concludes that
-  the offsets in between do not exist: it does so only once the files it looked in are still
-  there with the sizes they were listed with, else it lists again and reads from the same
-  offset (so a listing that went stale before its files were opened, or one taken in the
-  middle of a swap, never makes it skip offsets);
-* segments that retention removed while the reader needed them are read from their
-  ``.deleted`` files, which stay ``file.delete.delay.ms`` (default 60 s); a reader slower than
-  that gets an :class:`OffsetOutOfRangeError` naming the delay.
-
-On an object store the reader's files are those of one manifest, which never change.  Objects
-that later manifests no longer use (replaced by compaction and merges, removed by retention)
-are deleted ``pylog.file_delete_delay_ms`` (60 s) after they were superseded; a read of one
-makes the reader move to the newest manifest (:meth:`Storage.refresh_snapshot`) and continue
-there the same way.  Compaction and merges never make a read fail or skip an offset, however
-long it takes; retention does only when it removed offsets the reader had not read yet and their
-delete delay passed, and that is reported as above.
+Reading beside a writer (a lock-free reader while the writer compacts, merges and removes
+segments) is :mod:`consistency`'s part of the class.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -54,25 +29,17 @@ from pylog.storage.errors import (
     OffsetOutOfRangeError,
     PylogError,
     RecordTooLargeError,
-    StorageError,
 )
-from pylog.storage.partition import layout, listing, transactions
+from pylog.storage.partition import layout, transactions
+from pylog.storage.partition.consistency import DELETED as _DELETED
+from pylog.storage.partition.consistency import RELISTS as _RELISTS
+from pylog.storage.partition.consistency import ConsistentReads, _files, now_ms
 from pylog.storage.partition.segment import INT32_MAX, LogSegment
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 DEFAULT_FETCH_BYTES = 8 << 20
-_RELISTS = 100
-"""Listings in a row a read-only read may take because the files changed under it (each time it
-makes no progress) before it gives up."""
-
-_DELETED = ".deleted"
-T = TypeVar("T")
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def timestamp_type(config: LogConfig) -> int:
@@ -114,7 +81,7 @@ class TimestampOffset:
     timestamp: int
 
 
-class Log:
+class Log(ConsistentReads):
     """A partition's log in ``directory`` (``<topic>-<partition>``) of ``storage``.
 
     Construct with :func:`pylog.storage.partition.loader.load_log` (which recovers the files), or
@@ -164,12 +131,15 @@ class Log:
     @property
     def log_end_offset(self) -> int:
         """The offset after the last record; for a read-only log, capped at the high watermark
-        (the end of acknowledged data, see :mod:`publish`)."""
+        (the end of acknowledged data, see :mod:`publish`), but not below a log start that
+        the files reach: a reader's high watermark is the one of when its root was opened, and
+        retention (bounded by the writer's newer one) may since have removed every segment up
+        to beyond it."""
         if not self.read_only:
             return self.active.read_next_offset()
         leo = self._consistently(lambda segs: segs[-1].read_next_offset())
         if self.high_watermark is not None:
-            leo = min(leo, self.high_watermark)
+            leo = max(min(leo, self.high_watermark), min(leo, self.log_start_offset))
         return max([leo, *(d.end for d in self.damage)])
 
     @property
@@ -567,123 +537,6 @@ class Log:
 
         return self._consistently(search, check=True)
 
-    # ------------------------------------------------------------------ reading beside a writer
-
-    def read_consistently(self, fn: Callable[[list[LogSegment]], T]) -> T:
-        """``fn(segments)``, a read of this log's segments that must see all of them (the
-        aborted transactions of a range, say).  For a read-only log it runs again on a fresh
-        listing until the segment files did not change under it (see the module docstring)."""
-        return self._consistently(fn, check=True)
-
-    def _consistently(self, fn: Callable[[list[LogSegment]], T], *, check: bool = False) -> T:
-        """``fn(segments)``; for a read-only log, again on a fresh listing after a failure when
-        the files changed, and with ``check``, until a listing taken after it still has the
-        same files (what it did not find is then really not there)."""
-        if not self.read_only:
-            return fn(self.segments)
-        last: BaseException | None = None
-        failed: list[tuple[str, int]] | None = None
-        for _ in range(_RELISTS):
-            segs = self.segments
-            try:
-                out = fn(segs)
-            except (OSError, PylogError) as e:
-                if isinstance(e, OffsetOutOfRangeError) or _files(segs) == failed:
-                    raise  # (the same files failed twice: a real failure)
-                failed, last = _files(segs), e
-                self._relist(refresh=True)
-                continue
-            if not check or self._still_listed(segs, 0, len(segs)):
-                return out
-            self._relist()
-        raise self._unsettled("reading it") from last
-
-    def _still_listed(self, segs: list[LogSegment], i: int, k: int) -> bool:
-        """Whether ``segs[i:k]`` are still the files of the directory for their offsets, so that
-        what a read did not find in them is really not there: each ``.log`` is still there with
-        the size it was listed with.  The last of ``segs`` may have grown only while it is still
-        the active segment (no segment after it): a writer appends to the active segment alone,
-        and rewrites a segment (compaction, merges) only once it has rolled.
-
-        That suffices because a writer never gives a new file a name between two existing
-        segments: compaction and merges name what replaces a run of segments after the first
-        of the run, retention only removes, a roll adds a segment after the last one.  A
-        replaced or removed segment is renamed (its file goes) or rewritten (its size changes:
-        a rewrite to the same size holds the same batches).  ``.deleted`` segments (see
-        :meth:`_relist`) are files of a replaced layout, never renamed again."""
-        for s in segs[i:k]:
-            if s.suffix == ".deleted":
-                continue
-            try:
-                size = self.storage.size(s.log_path) if self.storage.exists(s.log_path) else -1
-            except (OSError, PylogError):
-                return False  # gone between the two calls
-            if size != s.size and not (s is segs[-1] and size > s.size and self._still_active(s)):
-                return False
-        return True
-
-    def _still_active(self, seg: LogSegment) -> bool:
-        """Whether no segment file follows ``seg`` (so it has not rolled: its file was only
-        appended to since it was listed)."""
-        names = listing.stable_names(self.storage, self.directory)
-        return not any(p[1] == "log" and p[0] > seg.base_offset for n in names if (p := listing.parse(n)))
-
-    def _relist(self, *, refresh: bool = False) -> bool:
-        """List the directory again (with ``refresh``, on the storage's newest snapshot, see
-        :meth:`Storage.refresh_snapshot`): the segments are the live ones, preceded by the
-        ``.deleted`` files of those the current list has below them (removed by retention
-        since it was taken; readable until ``file.delete.delay.ms`` passes).  Returns whether
-        anything changed: other files, or (with ``refresh``) a newer snapshot."""
-        refreshed = self.storage.refresh_snapshot() if refresh else False
-        fresh = listing.reader_segments(self.storage, self.directory, self.config)
-        first = fresh[0].base_offset if fresh else None
-        retired = self._retired(first)
-        segments = retired + fresh
-        if not segments:
-            raise StorageError(
-                f"{self.storage.describe()}/{self.directory}: the log has no segment files any more "
-                "(was the partition deleted?)"
-            )
-        changed = refreshed or _files(segments) != _files(self.segments)
-        self.segments = segments
-        self._bases = np.array([s.base_offset for s in segments], dtype=np.int64)
-        self.relistings += 1
-        return changed
-
-    def _retired(self, first: int | None) -> list[LogSegment]:
-        """The current list's segments below ``first`` (all when None) as their ``.deleted``
-        files: those from the last one that is gone on, so that they reach the live ones
-        without a hole."""
-        out: list[LogSegment] = []
-        for s in self.segments:
-            if first is not None and s.base_offset >= first:
-                break
-            try:
-                d = s
-                if s.suffix != ".deleted":  # the file listed, or a newer one covering more offsets
-                    d = LogSegment(self.storage, self.directory, s.base_offset, self.config, suffix=_DELETED)
-                present = bool(d.size) or self.storage.exists(d.log_path)
-            except (OSError, PylogError):  # deleted while it was opened
-                present = False
-            out = [*out, d] if present else []
-        return out
-
-    def _removed(self, offset: int) -> OffsetOutOfRangeError:
-        first = self.segments[0].base_offset
-        return OffsetOutOfRangeError(
-            f"{self.directory}: offsets [{offset}, {first}) were removed by retention while this reader "
-            f"read them (it opened the log {now_ms() - self._opened_ms} ms ago); the files of removed "
-            f"segments stay readable for file.delete.delay.ms={self.config.file_delete_delay_ms} ms (on an "
-            "object store: its objects, for the storage option pylog.file_delete_delay_ms; a writer "
-            "opening the root removes them at once): read them within that time, or raise it"
-        )
-
-    def _unsettled(self, what: str) -> StorageError:
-        return StorageError(
-            f"{self.storage.describe()}/{self.directory}: the segment files changed {_RELISTS} times in a "
-            f"row while {what}; is more than one writer rewriting them?"
-        )
-
     # ------------------------------------------------------------------ truncation
 
     def truncate_to(self, offset: int) -> int:
@@ -810,11 +663,6 @@ class Log:
         for seg in self.segments:
             seg.close_files()
         self.delete_pending(force=True)
-
-
-def _files(segments: list[LogSegment]) -> list[tuple[str, int]]:
-    """The ``.log`` files of a list of segments, and their sizes, as listed."""
-    return [(s.log_path, s.size) for s in segments]
 
 
 def _jitter(base_offset: int, config: LogConfig) -> int:

@@ -272,7 +272,7 @@ class _Run:
         self.check(np.concatenate(offsets) if offsets else np.zeros(0, np.int64), values, lo, hi, how)
 
     def reader(self, index: int) -> None:
-        kinds = ["fresh root", "long-lived root", "spark task"] if self.spark else ["fresh root", "long-lived root"]
+        kinds = ["fresh root", "long-lived root", *(["spark task"] if self.spark else [])]
         how = kinds[index % len(kinds)]
         long_lived: Root | None = None
         opened = 0.0
@@ -373,6 +373,7 @@ def campaign(seconds: float, seed: int) -> dict[str, Any]:
     merges, the default delete delay), one third on moto's S3 server with superseded objects
     deleted at the next commit (compaction and merges; retention would remove data the readers
     have not read yet, which is reported as such by design).  Figures per backend and in all."""
+    import contextlib
     import tempfile
     import uuid
 
@@ -391,7 +392,8 @@ def campaign(seconds: float, seed: int) -> dict[str, Any]:
         cache = objectstore._CACHE
         objectstore._CACHE = objectstore._BlockCache(max_bytes=0)  # readers in other processes
         try:
-            server.filesystem().mkdir(BUCKET)
+            with contextlib.suppress(FileExistsError):  # (moto keeps buckets per process)
+                server.filesystem().mkdir(BUCKET)
             options = {**server.options, "pylog.file_delete_delay_ms": "0"}
             url = f"s3://{BUCKET}/{uuid.uuid4().hex[:12]}"
             fig = run(

@@ -311,6 +311,25 @@ def test_retention_after_a_merge_under_a_reader(tmp_path: Path) -> None:
     writer.close()
 
 
+def test_retention_beyond_a_readers_high_watermark(tmp_path: Path) -> None:
+    """A reader opened the root (its high watermark: 60), the writer appended up to 120 and
+    retention removed every segment below 120 (bounded by the writer's newer high watermark);
+    then the reader listed the partition.  Its log starts at 120: its range is empty, not an
+    ``OffsetOutOfRangeError`` for an offset "above" the end of its snapshot."""
+    writer = Root(LocalStorage(tmp_path))
+    writer.create_topic(T, 1, {**CONFIG, "cleanup.policy": "delete", "retention.ms": 1000})
+    _fill(writer, 20)
+    reader = Root(LocalStorage(tmp_path), read_only=True)
+    _fill(writer, 20)
+    report = maintain(writer, now=now_ms() + 10**9)  # every record expired
+    assert report.bytes_deleted and writer.log(T, 0).log_start_offset == 120
+    lg = reader.log(T, 0)
+    assert (lg.log_start_offset, lg.log_end_offset) == (120, 120)
+    assert reader.read_table(T).num_rows == 0
+    reader.close()
+    writer.close()
+
+
 @pytest.mark.parametrize("delay", ["0", "default"])
 def test_a_reader_slower_than_the_delete_delay_gets_a_clear_error(
     backend: Backend, monkeypatch: pytest.MonkeyPatch, delay: str
