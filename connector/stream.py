@@ -43,6 +43,7 @@ from pyspark.sql.streaming.datasource import (
 from pylog.connector.offsets import (
     OffsetRange,
     RootView,
+    TopicPartition,
     backlog,
     from_json,
     initial_spec,
@@ -62,7 +63,6 @@ from pylog.storage.errors import PylogError
 
 log = logging.getLogger("pylog.connector")
 
-TopicPartition = tuple[str, int]
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

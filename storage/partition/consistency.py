@@ -60,7 +60,6 @@ def _files(segments: list[LogSegment]) -> list[tuple[str, int]]:
     return [(s.log_path, s.size) for s in segments]
 
 
-
 class ConsistentReads:
     """Mixin of :class:`~pylog.storage.partition.log.Log` (the attributes below are the log's)."""
 
