@@ -151,6 +151,8 @@ SINK_BAD: list[tuple[str, dict[str, str | None], str]] = [
     ("maintenance", {"maintenance": "maybe"}, "option maintenance"),
     ("maintenance.budgetMs", {"maintenance.budgetMs": "-5"}, "option maintenance.budgetms"),
     ("maintenance.budgetMs", {"maintenance.budgetMs": "2s"}, "option maintenance.budgetms"),
+    ("queryRetentionMs", {"queryRetentionMs": "-1"}, "option queryretentionms"),
+    ("queryRetentionMs", {"queryRetentionMs": "7d"}, "option queryretentionms"),
     ("topic config", {"segment.bytes": "10"}, "segment.bytes"),
     ("topic config", {"cleanup.policy": "archive"}, "cleanup.policy"),
     ("topic config", {"retention.ms": "forever"}, "retention.ms"),
