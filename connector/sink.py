@@ -13,10 +13,12 @@ then move on to the next partition.  As Kafka's broker does, topics with
 rows) and compacted topics refuse records with a null key.
 
 Protocol (see ``storage/root/publish.py``): each executor task encodes its rows into record batches
-and *stages* them next to the target logs; the driver's ``commit(messages, batchId)`` publishes
-the staged files in a deterministic order and atomically records ``(query, batchId)`` with the
-new high watermarks, so a replayed batch is skipped and a crash mid-publish leaves nothing
-visible.
+and *stages* them next to the target logs, on a local disk as segments with their indexes; the
+driver's ``commit(messages, batchId)`` links them into the logs in a deterministic order (each
+batch's base offset patched, the files renamed: no record byte passes through the driver;
+staged segments under 8 MiB are copied into the active segment) and atomically records
+``(query, batchId)`` with the new high watermarks, so a replayed batch is skipped and a crash
+mid-publish leaves nothing visible.
 
 Identity: a streaming write is keyed by Spark's streaming query id, which Spark keeps in the
 query's checkpoint (``metadata``) and gives every task as the local property
@@ -41,6 +43,7 @@ of a stopped streaming query is kept.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -80,8 +83,9 @@ from pylog.storage.errors import ConfigError, SinkSchemaError, StorageError
 from pylog.storage.maintenance import runner as maintenance
 from pylog.storage.partition.log import check_keys, timestamp_type
 from pylog.storage.root import publish as pub
-from pylog.storage.root.manager import Root, open_root, partition_dir
+from pylog.storage.root.manager import Root, open_root
 from pylog.storage.root.metadata import MAX_PARTITIONS
+from pylog.storage.root.stage import Stager, open_stager
 
 log = logging.getLogger("pylog.connector")
 
@@ -319,9 +323,8 @@ def stage_task(
     driver in the commit message; without it (batch writes) the sink id does."""
     writer_id = pub.validate_sink_id(query_id) if query_id else opts.sink_id
     root = _open(opts, read_only=True)
-    files: dict[tuple[str, int], Any] = {}
+    files: dict[tuple[str, int], Stager] = {}
     counts = 0
-    inline: dict[tuple[str, int], bytes] = {}
     sticky: dict[str, list[int]] = {}
     ok = False
     try:
@@ -332,18 +335,16 @@ def stage_task(
             _stage_batch(
                 root, rb, opts, task, files, int(time.time() * 1000), batch_id, attempt, writer_id, sticky
             )
+        # object stores: a small staging travels in the commit message (no PUT, GET, DELETE)
+        small = sum(f.size for f in files.values()) <= STAGE_INLINE_BYTES
+        staged = [files[key].finish(inline=small).to_dict() for key in sorted(files)]
         ok = True
     finally:
-        # object stores: a small staging travels in the commit message (no PUT, GET, DELETE)
-        small = ok and sum(f.size() for f in files.values()) <= STAGE_INLINE_BYTES
-        for key, f in files.items():
-            if small and hasattr(f, "detach"):
-                inline[key] = f.detach()
-            else:
-                f.close()
+        if not ok:  # a failed task leaves nothing behind
+            for f in files.values():
+                with contextlib.suppress(Exception):
+                    f.abandon()
         root.close()
-    name = pub.stage_name(writer_id, batch_id, task, attempt)
-    staged = [pub.StagedFile(t, p, name, inline.get((t, p))).to_dict() for (t, p) in sorted(files)]
     return PylogCommitMessage(staged=staged, records=counts, query_id=query_id)
 
 
@@ -365,7 +366,7 @@ def _stage_batch(
     rb: pa.RecordBatch,
     opts: SinkOptions,
     task: int,
-    files: dict[tuple[str, int], Any],
+    files: dict[tuple[str, int], Stager],
     now_ms: int,
     batch_id: int,
     attempt: int,
@@ -424,25 +425,24 @@ def _stage_batch(
         ts_type = timestamp_type(config)
         for p in np.unique(parts).tolist():
             rows = pa.array(sel[parts == p])
+            f = files.get((topic, p))
+            if f is None:
+                name = pub.stage_name(writer_id, batch_id, task, attempt)
+                f = files[(topic, p)] = open_stager(root.storage, topic, p, name, config)
             enc = records.encode(
                 value.take(rows),
                 None if key is None else key.take(rows),
                 now_ms if ts_type == 1 else ts[rows.to_numpy()],
                 None if headers is None else headers.take(rows),
                 codec=opts.codec or _topic_codec(root, topic),
-                batch_bytes=opts.batch_bytes,
+                batch_bytes=min(opts.batch_bytes, config.max_message_bytes - 12),
                 timestamp_type=ts_type,
+                base_offset=f.next_offset,
             )
-            f = files.get((topic, p))
-            if f is None:
-                path = f"{partition_dir(topic, p)}/{pub.stage_name(writer_id, batch_id, task, attempt)}"
-                f = files[(topic, p)] = root.storage.open_append(path)
-                if f.size():
-                    # left by an earlier run of this batch whose driver died before the commit (a
-                    # restarted query numbers its task attempts from 0 again): start afresh, or the
-                    # replayed commit would publish those rows twice (reliability campaign)
-                    f.truncate(0)
-            f.write(enc.buffer.data)
+            # a stager first removes what an earlier run of this batch left (a restarted query
+            # numbers its task attempts from 0 again), or the replayed commit would publish
+            # those rows twice (reliability campaign)
+            f.write(enc.buffer, enc.batches)
 
 
 def _topic_codec(root: Root, topic: str) -> str:
@@ -559,10 +559,8 @@ def discard(opts: SinkOptions, messages: list[Any]) -> None:
     try:
         for m in messages:
             for d in getattr(m, "staged", None) or []:
-                f = pub.StagedFile.from_dict(d)
-                if f.data is not None:
-                    continue  # carried in the message: nothing was written
-                root.storage.delete(f"{partition_dir(f.topic, f.partition)}/{f.name}")
+                for path in pub.StagedFile.from_dict(d).paths():  # none: carried in the message
+                    root.storage.delete(path)
     finally:
         root.close()
 

@@ -64,7 +64,6 @@ from pylog.storage.errors import PylogError
 log = logging.getLogger("pylog.connector")
 
 
-
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches of new records; offsets in Spark's Kafka JSON."""
 

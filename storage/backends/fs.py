@@ -98,6 +98,21 @@ class Storage(ABC):
     @abstractmethod
     def truncate(self, path: str, size: int) -> None: ...
 
+    external_changes = True
+    """True where other programs can rename, copy or remove a root's files behind pylog's back
+    (a directory: ``mv``, ``cp``, a restore), so that a writer checks the files it will recover
+    against their names; False where every change is one of pylog's own commits (an object
+    store's manifests)."""
+
+    writes_in_place = False
+    """True if :meth:`write_at` is supported: files are modified in place (a local disk), so a
+    staged segment can be patched and renamed into a log instead of being copied."""
+
+    def write_at(self, path: str, edits: list[tuple[int, bytes]]) -> None:
+        """Overwrite bytes of an existing file in place (``(position, bytes)`` each, inside the
+        file) and fsync it.  Only where :attr:`writes_in_place`."""
+        raise StorageError(f"{self.describe()}/{path}: this storage cannot modify files in place")
+
     @abstractmethod
     def fsync_dir(self, path: str = "") -> None:
         """Make renames, creations and deletions in a directory durable."""
@@ -298,6 +313,25 @@ class LocalStorage(Storage):
             f.truncate(size)
             f.flush()
             os.fsync(f.fileno())
+
+    writes_in_place = True
+
+    def write_at(self, path: str, edits: list[tuple[int, bytes]]) -> None:
+        target = self.resolve(path)
+        with _naming(target, "modify it in place"):
+            fd = os.open(target, os.O_WRONLY)  # no O_APPEND: Linux would ignore the positions
+            try:
+                size = os.fstat(fd).st_size
+                for pos, data in edits:
+                    if pos < 0 or pos + len(data) > size:
+                        raise StorageError(
+                            f"{target}: an edit at byte {pos} lies outside the file ({size} bytes)"
+                        )
+                    if os.pwrite(fd, data, pos) != len(data):
+                        raise OSError(errno.EIO, "short write")
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
     def fsync_dir(self, path: str = "") -> None:
         self._fsync_path(self.resolve(path))

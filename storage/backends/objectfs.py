@@ -157,6 +157,8 @@ class ObjectStorage(Storage):
 
     transactional = True
 
+    external_changes = False  # files change only through manifests, never renamed from outside
+
     def __init__(self, store: ObjectStore, *, read_only: bool = False):
         self.store = store
         self.read_only = read_only

@@ -181,8 +181,7 @@ def _parse_message(view: memoryview, pos: int, limit: int, verify_crc: bool) -> 
     left = limit - pos
     if left < LOG_OVERHEAD:
         raise _Malformed(
-            f"entry header needs {LOG_OVERHEAD} bytes (offset, messageSize), "
-            f"found only {max(left, 0)}"
+            f"entry header needs {LOG_OVERHEAD} bytes (offset, messageSize), found only {max(left, 0)}"
         )
     offset, message_size = LOG_HEADER.unpack_from(view, pos)
     if message_size < RECORD_OVERHEAD_V0:
@@ -287,8 +286,7 @@ def _decode_wrapper(
     except CorruptRecordError as exc:
         where = "" if exc.position is None else f", at byte {exc.position} of it"
         raise _Malformed(
-            f"cannot decompress the {name} wrapper value ({len(compressed)} bytes{where}): "
-            f"{exc.reason}"
+            f"cannot decompress the {name} wrapper value ({len(compressed)} bytes{where}): {exc.reason}"
         ) from None
     inner_view = memoryview(data)
 

@@ -249,9 +249,7 @@ def _murmur2_core(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> 
     return h.view(np.int32)
 
 
-def _mix_blocks(
-    h: np.ndarray, data: np.ndarray, starts: np.ndarray, nblocks: np.ndarray, total: int
-) -> None:
+def _mix_blocks(h: np.ndarray, data: np.ndarray, starts: np.ndarray, nblocks: np.ndarray, total: int) -> None:
     """Run the 4-byte block loop of every key, updating h (uint32) in place."""
     # Longest keys first (stable, so equal lengths keep input order): the keys with a block at
     # index b are then the prefix order[:count[b]].

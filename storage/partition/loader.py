@@ -174,8 +174,8 @@ def _load_log(
         first = len(segments)
         if not had_clean_shutdown and segments:
             first = max((i for i, b in enumerate(bases) if b <= recovery_point), default=0)
-        for seg in segments[:first]:
-            _sanity_check_or_rebuild(seg, rec)
+        for seg in segments[:first]:  # the active segment's last index entry is checked against its .log
+            _sanity_check_or_rebuild(seg, rec, read_log=seg is segments[-1])
         if first < len(segments):
             _recover_from(segments, first, storage, directory, rec)
         elif segments and segments[-1].log_path not in rec.rebuilt_indexes:
@@ -248,8 +248,8 @@ def _remove_temp_files_and_complete_swaps(
     storage.fsync_dir(directory)
 
 
-def _sanity_check_or_rebuild(seg: LogSegment, rec: Recovery) -> None:
-    missing, damaged = seg.missing_indexes(), seg.index_problems()
+def _sanity_check_or_rebuild(seg: LogSegment, rec: Recovery, *, read_log: bool) -> None:
+    missing, damaged = seg.missing_indexes(), seg.index_problems(read_log=read_log)
     if not missing and not damaged:
         return
     if damaged:  # reported; a missing index is routine (a crash before it was created)

@@ -34,7 +34,7 @@ from pylog.storage.partition import layout, transactions
 from pylog.storage.partition.consistency import DELETED as _DELETED
 from pylog.storage.partition.consistency import RELISTS as _RELISTS
 from pylog.storage.partition.consistency import ConsistentReads, _files, now_ms
-from pylog.storage.partition.segment import INT32_MAX, LogSegment
+from pylog.storage.partition.segment import LogSegment, fitting_batches
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -249,12 +249,7 @@ class Log(ConsistentReads):
                 seg = self._maybe_roll(
                     int(h.size[i]), int(h.max_timestamp[i]), int(h.base_offset[i]), int(h.last_offset[i]), now
                 )
-                room = self.config.segment_bytes - seg.size
-                ends = np.cumsum(h.size[i:])
-                fits = (ends <= room) & (h.last_offset[i:] - seg.base_offset <= INT32_MAX)
-                j = i + max(1, int(np.argmin(fits)) if not fits.all() else n - i)
-                # keep room in the indexes: at most one entry per batch
-                j = min(j, i + max(1, seg.offset_index.max_entries - len(seg.offset_index) - 1))
+                j = fitting_batches(seg, h, i, self.config.segment_bytes)
                 part = h.take(slice(i, j))
                 lo, hi = int(h.position[i]), int(h.position[j - 1] + h.size[j - 1])
                 seg.append(data[lo:hi], part)

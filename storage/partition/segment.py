@@ -78,6 +78,7 @@ class LogSegment:
         suffix: str = "",
         created_ms: int = 0,
         next_base_offset: int | None = None,
+        stem: str | None = None,
     ):
         self.storage = storage
         self.directory = directory
@@ -85,7 +86,8 @@ class LogSegment:
         self.config = config
         self.suffix = suffix
         self.created_ms = created_ms
-        stem = join(directory, segment_name(base_offset))
+        # ``stem``: a file name other than the base offset's (a staged segment, see :mod:`staging`)
+        stem = join(directory, stem or segment_name(base_offset))
         self.log_path = f"{stem}.log{suffix}"
         self.offset_index = OffsetIndex(
             storage, f"{stem}.index{suffix}", base_offset, max_index_bytes=config.segment_index_bytes
@@ -333,8 +335,11 @@ class LogSegment:
         need = [self.offset_index, self.time_index] if self._size else [self.offset_index]
         return [idx.path for idx in need if not idx.exists()]
 
-    def index_problems(self) -> list[str]:
-        """Every index loaded and sanity-checked: the damage found (empty: none)."""
+    def index_problems(self, *, read_log: bool = True) -> list[str]:
+        """Every index loaded and sanity-checked: the damage found (empty: none).  With
+        ``read_log``, the last offset-index entry is also checked against the ``.log`` (one
+        read: an index page that reached the disk before the log bytes it describes, which
+        only a segment past the last flush can have: the active one)."""
         problems = []
         for idx in (self.offset_index, self.time_index, self.txn_index):
             len(idx)  # load it: the validator runs
@@ -349,7 +354,7 @@ class LogSegment:
             except CorruptIndexError as e:
                 problems.append(str(e))
                 continue
-            if idx is self.offset_index and len(idx):
+            if read_log and idx is self.offset_index and len(idx):
                 last_offset, last_position = idx.lookup(MAX_OFFSET)
                 problem = self._batch_problem(last_position, last_offset)
                 if problem is not None:
@@ -424,6 +429,10 @@ class LogSegment:
                     return p, memoryview(self.storage.read(self.log_path, p, e))
             return p, loc.data[p - loc.start : e - loc.start].data  # zero-copy view
         return None
+
+    def set_next_offset(self, offset: int) -> None:
+        """Tell a segment just built from files (a linked staged segment) where it ends."""
+        self._next_offset = offset
 
     def read_next_offset(self) -> int:
         """The offset after the last batch of the segment (base offset if empty)."""
@@ -616,6 +625,18 @@ class LogSegment:
         self.offset_index.delete()
         self.time_index.delete()
         self.txn_index.delete()
+
+
+def fitting_batches(seg: LogSegment, h: B.BatchHeaders, i: int, segment_bytes: int) -> int:
+    """End (exclusive) of the batches from ``i`` on that go into ``seg``: within
+    ``segment_bytes``, 32-bit relative offsets and index room (one entry per batch at most);
+    always at least one."""
+    n = len(h)
+    room = segment_bytes - seg.size
+    ends = np.cumsum(h.size[i:])
+    fits = (ends <= room) & (h.last_offset[i:] - seg.base_offset <= INT32_MAX)
+    j = i + max(1, int(np.argmin(fits)) if not fits.all() else n - i)
+    return min(j, i + max(1, seg.offset_index.max_entries - len(seg.offset_index) - 1))
 
 
 def relative_headers(h: B.BatchHeaders, start: int) -> B.BatchHeaders:

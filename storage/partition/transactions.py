@@ -60,6 +60,7 @@ class Log(Protocol):
 
     def read_table(self, start: int | None = None, end: int | None = None) -> pa.Table: ...
 
+
 PRODUCER_ID_EXPIRATION_MS = 86_400_000
 """Kafka's ``producer.id.expiration.ms`` default: an idle producer without an open
 transaction is forgotten this long after its last batch's max timestamp."""
@@ -231,6 +232,14 @@ def on_append(log: Log, segment: LogSegment, data: np.ndarray, h: B.BatchHeaders
     rel.position = h.position - int(h.position[0])
     for txn in st.update(data, rel):
         segment.txn_index.append(txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset)
+
+
+def on_link(log: Log, end_offset: int) -> None:
+    """Hook of a link of staged batches (none transactional: :mod:`staging` checks it) up to
+    ``end_offset``: producer state stays current without reading them."""
+    st = _STATES.get(log)
+    if st is not None:
+        st.end_offset = max(st.end_offset, end_offset)
 
 
 HOP_MIN_BATCH = 64 << 10

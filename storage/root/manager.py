@@ -389,6 +389,7 @@ class Root(Transactions):
         legacy_sink: str | None = None,
         now: int | None = None,
         retention_ms: int = pub.DEFAULT_QUERY_RETENTION_MS,
+        copy_below: int = pub.COPY_BELOW_BYTES,
     ) -> dict[tuple[str, int], AppendInfo] | None:
         """Publish staged batches as batch ``batch_id`` of the writer ``sink_id`` (a streaming
         query id), exactly once.
@@ -399,7 +400,8 @@ class Root(Transactions):
         deterministic order (topic, partition, file name), offsets assigned by each log.
         Without ``exactly_once`` (batch writes: each is its own writer) nothing is checked or
         recorded.  ``now`` (ms, default: the clock) dates the writer's record; records of
-        writers not seen for ``retention_ms`` are dropped."""
+        writers not seen for ``retention_ms`` are dropped.  Staged segments of at least
+        ``copy_below`` bytes are linked into the logs rather than copied (see :mod:`publish`)."""
         pub.validate_sink_id(sink_id)
         self._ensure_writer()
         self._state = pub.read_state(self.storage)
@@ -416,9 +418,11 @@ class Root(Transactions):
         self._ensure_high_watermarks(list(groups))
         with self._fail_stop(list(groups)):
             for (topic, p), files in groups.items():
-                data = pub.read_staged(self.storage, files)
-                if data:
-                    out[(topic, p)] = self.writable_log(topic, p).append_batches(data, assign_offsets=True)
+                info = pub.append_staged(
+                    self.storage, self.writable_log(topic, p), files, copy_below=copy_below
+                )
+                if info is not None:
+                    out[(topic, p)] = info
                 self._step("appended")
             self._acknowledge(list(out), sink=record)
         self.sweep_staged(sink_id, batch_id, topics)

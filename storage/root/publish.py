@@ -31,10 +31,15 @@ appended bytes invisible (and truncated by the next writer), a crash after it le
 committed batch that a replayed ``commit`` skips.  Partitions without a HW entry (logs copied
 from Kafka, or roots from before this file existed) are readable up to their log end.
 
-Staged data (what Spark tasks write before the driver commits) lives in hidden files inside
-the partition directories, ``.pylog-stage.<sink>.<batch>.<task>.<attempt>``: Kafka and the
-log loader ignore files that are not segment files, and a sweep removes those of committed
-or abandoned batches.
+Staged data (what Spark tasks write before the driver commits, see :mod:`stage`) lives in
+hidden files inside the partition directories, named after
+``.pylog-stage.<query>.<batch>.<task>.<attempt>``: on a local disk staged segments with their
+indexes (``<that>.<relative base>.log.staged``, ``.index.staged``, ``.timeindex.staged``), which
+step 1 *links* into the log (each batch's ``baseOffset`` patched, the files renamed: the
+record bytes are not copied) or, when smaller than ``COPY_BELOW_BYTES``, copies into the
+active segment; on object stores one file of batches per task and partition (or its bytes,
+carried in the commit message), which step 1 copies.  Kafka and the log loader ignore these
+names, and a sweep removes those of committed or abandoned batches.
 """
 
 from __future__ import annotations
@@ -46,6 +51,9 @@ from dataclasses import dataclass, field
 
 from pylog.storage.backends.fs import Storage
 from pylog.storage.errors import CorruptMetadataError, PylogError
+from pylog.storage.partition import staging
+from pylog.storage.partition.log import AppendInfo, Log
+from pylog.storage.partition.staging import StagedSegment
 from pylog.storage.root.metadata import partition_dir, root_step
 
 STATE_FILE = "pylog-state.json"
@@ -59,6 +67,11 @@ query restarted later than that from its checkpoint is a new query, and a replay
 batch is written again."""
 
 STATE_VERSION = 2
+
+COPY_BELOW_BYTES = 8 << 20
+"""A staged segment smaller than this is copied into the partition's active segment by the
+commit instead of becoming a segment of its own: small micro-batches do not make a segment
+each (copying 8 MiB costs a few milliseconds; a larger one is linked, at O(batches))."""
 
 
 @dataclass(frozen=True)
@@ -173,9 +186,13 @@ def stage_name(sink_id: str, batch_id: int, task: int, attempt: int) -> str:
 
 
 def parse_stage_name(name: str) -> tuple[str, int, int, int] | None:
+    """(writer, batch, task, attempt) of a staged file's name: a staging itself or one of its
+    staged segments' files (``<staging>.<relative base>.<kind>.staged``); None otherwise."""
     if not name.startswith(STAGE_PREFIX):
         return None
     parts = name[len(STAGE_PREFIX) :].split(".")
+    if len(parts) == 7 and parts[6] == staging.STAGED_SUFFIX[1:] and parts[4].isdigit():
+        parts = parts[:4]
     if len(parts) != 4 or not all(p.lstrip("-").isdigit() for p in parts[1:]):
         return None
     return parts[0], int(parts[1]), int(parts[2]), int(parts[3])
@@ -189,23 +206,44 @@ class StagedFile:
 
     topic: str
     partition: int
-    name: str  # file name inside the partition directory
+    name: str  # file name inside the partition directory (staged segments: their stem's start)
     data: bytes | None = field(default=None, repr=False)
+    segments: tuple[StagedSegment, ...] | None = None  # staged segments (see :mod:`staging`)
+
+    @property
+    def size(self) -> int | None:
+        """Bytes staged, when known without reading anything."""
+        if self.data is not None:
+            return len(self.data)
+        return None if self.segments is None else sum(s.size for s in self.segments)
+
+    def paths(self) -> list[str]:
+        """The files this staging wrote (none when its bytes travel in the message)."""
+        d = partition_dir(self.topic, self.partition)
+        if self.data is not None:
+            return []
+        if self.segments is None:
+            return [f"{d}/{self.name}"]
+        return [p for s in self.segments for p in staging.staged_paths(d, self.name, s)]
 
     def to_dict(self) -> dict[str, object]:
         d: dict[str, object] = {"topic": self.topic, "partition": self.partition, "name": self.name}
         if self.data is not None:
             d["data"] = self.data
+        if self.segments is not None:
+            d["segments"] = [[s.base, s.next_offset, s.size] for s in self.segments]
         return d
 
     @staticmethod
     def from_dict(d: Mapping[str, object]) -> StagedFile:
         data = d.get("data")
+        segs = d.get("segments")
         return StagedFile(
             str(d["topic"]),
             int(d["partition"]),  # type: ignore[call-overload]
             str(d["name"]),
             None if data is None else bytes(data),  # type: ignore[call-overload]
+            None if segs is None else tuple(StagedSegment(*map(int, s)) for s in segs),  # type: ignore[attr-defined]
         )
 
 
@@ -220,9 +258,47 @@ def group_staged(staged: Iterable[StagedFile]) -> dict[tuple[str, int], list[Sta
 
 def read_staged(storage: Storage, files: Iterable[StagedFile]) -> bytes:
     """The encoded batches of ``files`` (of one partition), one after the other."""
-    return b"".join(
-        f.data if f.data is not None else storage.read(f"{partition_dir(f.topic, f.partition)}/{f.name}")
-        for f in files
+    out = []
+    for f in files:
+        d = partition_dir(f.topic, f.partition)
+        if f.data is not None:
+            out.append(f.data)
+        elif f.segments is None:
+            out.append(storage.read(f"{d}/{f.name}"))
+        else:
+            out += [storage.read(staging.staged_paths(d, f.name, s)[-1]) for s in f.segments]
+    return b"".join(out)
+
+
+def append_staged(
+    storage: Storage, lg: Log, files: list[StagedFile], *, copy_below: int = COPY_BELOW_BYTES
+) -> AppendInfo | None:
+    """Append the staged batches of ``files`` (one partition's, in order) to ``lg``, offsets
+    assigned from its log end: staged segments of at least ``copy_below`` bytes are linked
+    (:func:`staging.link`), the rest copied.  Returns what was added (None: nothing)."""
+    parts: list[AppendInfo] = []
+    d = partition_dir(files[0].topic, files[0].partition) if files else ""
+    for f in files:
+        if f.segments is None or not storage.writes_in_place:
+            data = read_staged(storage, [f])
+            if data:
+                parts.append(lg.append_batches(data, assign_offsets=True))
+            continue
+        for s in f.segments:
+            if s.size >= copy_below:
+                parts.append(staging.link(lg, f.name, s))
+            else:
+                parts.append(lg.append_batches(storage.read(staging.staged_paths(d, f.name, s)[-1])))
+    parts = [p for p in parts if p.num_batches]
+    if not parts:
+        return None
+    return AppendInfo(
+        parts[0].first_offset,
+        parts[-1].last_offset,
+        max(p.max_timestamp for p in parts),
+        sum(p.num_records for p in parts),
+        sum(p.num_batches for p in parts),
+        sum(p.num_bytes for p in parts),
     )
 
 
@@ -243,6 +319,7 @@ def sweep_staged(
 
 
 __all__ = [
+    "COPY_BELOW_BYTES",
     "DEFAULT_QUERY_RETENTION_MS",
     "STAGE_PREFIX",
     "STATE_FILE",
@@ -251,6 +328,7 @@ __all__ = [
     "PublishState",
     "QueryRecord",
     "StagedFile",
+    "append_staged",
     "group_staged",
     "parse_stage_name",
     "read_staged",

@@ -32,6 +32,7 @@ from pylog.storage.maintenance import retention
 from pylog.storage.maintenance import runner as maintenance
 from pylog.storage.root import publish as pub
 from pylog.storage.root.manager import Root, partition_dir
+from pylog.storage.root.stage import open_stager
 from tests.reliability.checker import TP, InvariantViolation, Row, Stats, read_rows, read_storage
 from tests.reliability.memfs import Crash, MemStorage
 
@@ -89,14 +90,29 @@ def _fill(root: Root, topic: str, partition: int, prefix: str, n: int, per_call:
 
 
 def _stage(
-    root: Root, sink: str, batch: int, attempt: int, parts: dict[TP, list[bytes]]
+    root: Root, sink: str, batch: int, attempt: int, parts: dict[TP, list[bytes]], *, segments: bool = False
 ) -> list[pub.StagedFile]:
+    """One task per partition stages ``parts``: a flat file of batches (an object store's
+    staging), or with ``segments`` staged segments with indexes (a local disk's, which the
+    publish links or copies)."""
     files = []
     for task, ((topic, p), vals) in enumerate(sorted(parts.items())):
         name = pub.stage_name(sink, batch, task, attempt)
-        enc = records.encode(
-            vals, key=[b"k%d" % (i % 3) for i in range(len(vals))], timestamp=T0, batch_bytes=120
-        )
+        keys = [b"k%d" % (i % 3) for i in range(len(vals))]
+        if segments:
+            stager = open_stager(root.storage, topic, p, name, root.config(topic))
+            for i in range(0, len(vals), 2):  # several writes: staged segments roll
+                enc = records.encode(
+                    vals[i : i + 2],
+                    key=keys[i : i + 2],
+                    timestamp=T0,
+                    batch_bytes=120,
+                    base_offset=stager.next_offset,
+                )
+                stager.write(enc.buffer, enc.batches)
+            files.append(stager.finish())
+            continue
+        enc = records.encode(vals, key=keys, timestamp=T0, batch_bytes=120)
         f = root.storage.open_append(f"{partition_dir(topic, p)}/{name}")
         f.write(enc.buffer.data)
         f.close()
@@ -140,8 +156,26 @@ def s_publish(st: MemStorage) -> Context:
     return Context(st, root, {"files": files, "parts": parts})
 
 
+def s_publish_linked(st: MemStorage) -> Context:
+    """A local disk's publish: staged segments linked into the logs (the larger ones: patched
+    and renamed) or copied (those below ``copy_below``), across a segment roll."""
+    root = _root(st, {"t": (2, SMALL), "u": (1, SMALL)})
+    root.publish("q", 0, _stage(root, "q", 0, 0, {("t", 0): [b"p0-a", b"p0-b"], ("u", 0): [b"p0-c"]}))
+    parts = {
+        ("t", 0): [b"p1-%d" % i for i in range(9)],
+        ("t", 1): [b"p1-x"],
+        ("u", 0): [b"p1-y", b"p1-z", b"p1-w"],
+    }
+    files = _stage(root, "q", 1, 0, parts, segments=True)
+    if not any(len(f.segments or ()) > 1 for f in files):
+        raise InvariantViolation(f"the scenario must stage several segments for one partition: {files}")
+    return Context(st, root, {"files": files, "parts": parts, "segments": True, "copy_below": 150})
+
+
 def a_publish(ctx: Context) -> None:
-    out = ctx.root.publish("q", 1, ctx.extra["files"])
+    out = ctx.root.publish(
+        "q", 1, ctx.extra["files"], copy_below=ctx.extra.get("copy_below", pub.COPY_BELOW_BYTES)
+    )
     if out is None:
         raise InvariantViolation("first publish of batch 1 was skipped")
 
@@ -151,7 +185,7 @@ def r_publish(ctx: Context, writer: Root, done: int) -> None:
     committed = done == 1
     if (writer.last_committed_batch("q") >= 1) != committed:
         raise InvariantViolation(f"sink record says batch 1 committed={not committed}, data says {committed}")
-    again = _stage(writer, "q", 1, 1, ctx.extra["parts"])
+    again = _stage(writer, "q", 1, 1, ctx.extra["parts"], segments=ctx.extra.get("segments", False))
     out = writer.publish("q", 1, again)
     if (out is None) != committed:
         raise InvariantViolation(f"replay of batch 1 returned {out} although committed={committed}")
@@ -306,6 +340,7 @@ def a_recover(ctx: Context) -> None:
 SCENARIOS = [
     Scenario("append+roll", s_append_roll, [a_append_roll], topics=("t",)),
     Scenario("publish", s_publish, [a_publish], after_recovery=r_publish, topics=("t", "u")),
+    Scenario("publish-linked", s_publish_linked, [a_publish], after_recovery=r_publish, topics=("t", "u")),
     Scenario("sink-commit+retention", s_sink_commit, [a_sink_publish, a_sink_maintain], topics=("t",)),
     Scenario("compaction-swap", s_compact, [a_compact], topics=("c",)),
     Scenario("compaction-groups", s_compact_groups, [a_compact], kind="between", topics=("c",)),

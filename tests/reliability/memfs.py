@@ -400,6 +400,22 @@ class MemStorage(Storage):
         f.synced = bytes(f.data)
         self._step("fsync", path)
 
+    writes_in_place = True
+
+    def write_at(self, path: str, edits: list[tuple[int, bytes]]) -> None:
+        """LocalStorage's: overwrite in place (one step per edit), then fsync."""
+        self._alive()
+        f = self._file_at(path)
+        for pos, data in edits:
+            if pos < 0 or pos + len(data) > len(f.data):
+                raise StorageError(f"{self.describe()}/{path}: an edit at byte {pos} lies outside the file")
+            self._fault("write", path)
+            f.data[pos : pos + len(data)] = data
+            self._step("write", path)
+        self._fault("fsync", path)
+        f.synced = bytes(f.data)
+        self._step("fsync", path)
+
     def fsync_dir(self, path: str = "") -> None:
         self._alive()
         d = self._dir(path)

@@ -24,6 +24,7 @@ from pylog.storage.codec import records
 from pylog.storage.errors import PylogError
 from pylog.storage.root import publish as pub
 from pylog.storage.root.manager import Root, partition_dir
+from pylog.storage.root.stage import open_stager
 from tests.reliability.checker import TP, InvariantViolation, Model, Row, Stats, log_starts, read_rows
 from tests.reliability.memfs import Crash, MemStorage
 
@@ -116,13 +117,20 @@ class PowerCutWorkload:
         self.inflight = None
 
     def _stage(self, root: Root, batch: int, attempt: int, rows: dict[TP, list[Row]]) -> list[pub.StagedFile]:
-        """What Spark tasks do: encode rows and write them, unsynced, next to the logs."""
+        """What Spark tasks do: encode rows and write them next to the logs, as the sink does
+        (``stage.open_stager``: staged segments, or a flat file of batches on object stores);
+        half of the flat ones unsynced (an object store's, durable only with the commit)."""
         files = []
         for task, ((topic, p), rs) in enumerate(sorted(rows.items())):
             name = pub.stage_name(SINK, batch, task, attempt)
             enc = records.encode(
                 [r[2] for r in rs], key=[r[1] for r in rs], timestamp=self.clock, batch_bytes=200
             )
+            if self.rng.random() < 0.5:
+                stager = open_stager(root.storage, topic, p, name, root.config(topic))
+                stager.write(enc.buffer, enc.batches)
+                files.append(stager.finish())
+                continue
             f = root.storage.open_append(f"{partition_dir(topic, p)}/{name}")
             f.write(enc.buffer.data)
             f.close()
@@ -131,7 +139,9 @@ class PowerCutWorkload:
 
     def _publish(self, root: Root, inflight: Inflight, attempt: int) -> dict[TP, Any] | None:
         files = self._stage(root, inflight.batch, attempt, inflight.rows)
-        return root.publish(SINK, inflight.batch, files)
+        # staged segments linked (patched and renamed) or copied into the active segment
+        copy_below = self.rng.choice([0, 300, pub.COPY_BELOW_BYTES])
+        return root.publish(SINK, inflight.batch, files, copy_below=copy_below)
 
     def _ack_publish(self, inflight: Inflight, out: dict[TP, Any]) -> None:
         for tp, info in out.items():
