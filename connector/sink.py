@@ -376,22 +376,25 @@ def _stage_batch(
     names = rb.schema.names
     col = {n: rb.column(n) for n in names}
     n = rb.num_rows
+    topic_col = None
     if opts.topic is not None:
-        topics = np.full(n, opts.topic, dtype=object)
+        distinct = [opts.topic]
     else:
-        t = col["topic"]
-        if t.null_count:
+        topic_col = col["topic"]
+        if topic_col.null_count:
             raise ConfigError("column 'topic' has null values and no topic option is set")
-        topics = np.asarray(t.to_numpy(zero_copy_only=False), dtype=object)
+        distinct = sorted(pc.unique(topic_col).to_pylist())
     value = col["value"].cast(pa.binary()) if pa.types.is_string(col["value"].type) else col["value"]
     key = col.get("key")
     if key is not None and pa.types.is_string(key.type):
         key = key.cast(pa.binary())
     ts = _ms_timestamps(col.get("timestamp"), n, now_ms)
     headers = col.get("headers")
-    distinct = sorted(set(topics.tolist()))
     for topic in distinct:
-        sel = np.nonzero(topics == topic)[0] if len(distinct) > 1 else np.arange(n)
+        if topic_col is None or len(distinct) == 1:
+            sel = np.arange(n)
+        else:
+            sel = np.nonzero(pc.equal(topic_col, topic).to_numpy(zero_copy_only=False))[0]
         num = root.partitions(topic)  # unknown topic: a clear error from the root
         config = root.config(topic)
         topic_key = None if key is None else (key if len(distinct) == 1 else key.take(pa.array(sel)))

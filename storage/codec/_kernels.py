@@ -1,8 +1,8 @@
 """Loads the codec's inner loops compiled by numba, or as plain Python.
 
 The loops are in ``_kernels_src`` (entries, records, batches) and ``_kernels_hash_src`` (the
-cleaner's key hashing and offset map); both files are executed into one module per copy, so a
-kernel calls any helper of either and callers find every kernel on :func:`active`.
+cleaner's key hashing and offset map, the partitioner's murmur2); both files are executed into
+one module per copy, so a kernel calls any helper of either and callers find every kernel on :func:`active`.
 
 numba is a declared dependency, so the compiled copy is the normal path.  The plain-Python
 copy is the fallback for platforms without numba and for ``PYLOG_NO_JIT=1``; the tests run
@@ -37,6 +37,7 @@ KERNELS = (
     "hash_keys",
     "map_put",
     "map_get",
+    "murmur2_keys",  # the default partitioner (partitioner.py)
 )
 HELPERS = (
     "wrap64",

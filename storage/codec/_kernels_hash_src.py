@@ -132,3 +132,39 @@ def map_get(table, h1, h2, out):  # type: ignore[no-untyped-def]
             s += 1
             if s == slots:
                 s = 0
+
+
+# Kafka's murmur2 (the default partitioner's hash) constants; 32-bit arithmetic done in int64:
+# every product is of a value below 2**32 and M2 (below 2**31), so it never leaves int64.
+M2 = 0x5BD1E995
+M2_SEED = 0x9747B28C
+MASK32 = 0xFFFFFFFF
+
+
+def murmur2_keys(data, starts, lengths, out):  # type: ignore[no-untyped-def]
+    """Java's ``Utils.murmur2`` of each ``data[starts[i]:starts[i]+lengths[i]]`` (checked by
+    the caller against the buffer), as the unsigned 32-bit pattern, into ``out`` (int64)."""
+    for i in range(starts.shape[0]):
+        p = int(starts[i])
+        n = int(lengths[i])
+        h = (M2_SEED ^ n) & MASK32
+        for b in range(n >> 2):
+            q = p + 4 * b
+            k = int(data[q]) | (int(data[q + 1]) << 8) | (int(data[q + 2]) << 16) | (int(data[q + 3]) << 24)
+            k = (k * M2) & MASK32
+            k ^= k >> 24
+            k = (k * M2) & MASK32
+            h = ((h * M2) & MASK32) ^ k
+        tail = p + (n & ~3)
+        rem = n & 3
+        if rem == 3:
+            h ^= int(data[tail + 2]) << 16
+        if rem >= 2:
+            h ^= int(data[tail + 1]) << 8
+        if rem >= 1:
+            h ^= int(data[tail])
+            h = (h * M2) & MASK32
+        h ^= h >> 13
+        h = (h * M2) & MASK32
+        h ^= h >> 15
+        out[i] = h

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.partitioner.default import murmur2 as kp_murmur2
 
-from pylog.storage.codec import partitioner
+from pylog.storage.codec import _kernels
 from pylog.storage.codec.partitioner import murmur2, murmur2_one, partition_for_keys
 from pylog.storage.errors import ConfigError
 
@@ -145,15 +145,18 @@ def test_few_long_keys_scalar_tail(n_long: int) -> None:
     assert murmur2(keys).tolist() == reference(list(keys)).tolist()
 
 
-@pytest.mark.parametrize("chunk_blocks", [1, 2, 7, 64])
-def test_runs_of_keys(monkeypatch: pytest.MonkeyPatch, chunk_blocks: int) -> None:
-    # Large inputs are hashed in runs of keys; make the runs tiny to exercise the boundaries.
-    monkeypatch.setattr(partitioner, "_CHUNK_BLOCKS", chunk_blocks)
-    rng = np.random.default_rng(chunk_blocks)
+@pytest.mark.parametrize("kind", ["jit", "python"])
+def test_both_kernel_copies_hash_a_sliced_array(kind: str) -> None:
+    # the compiled kernel and its plain-Python copy (PYLOG_NO_JIT), keys read from an offset slice
+    rng = np.random.default_rng(7)
     keys = [rng.integers(0, 256, n, dtype=np.uint8).tobytes() for n in rng.integers(0, 90, 400)]
     keys[10:10] = [b"", b"", b"abc", b"x" * 1000]
     arr = pa.array([*keys, None], type=pa.binary())[3:]
-    assert murmur2(arr).tolist() == reference([*keys[3:], None]).tolist()
+    previous = _kernels.use(kind)
+    try:
+        assert murmur2(arr).tolist() == reference([*keys[3:], None]).tolist()
+    finally:
+        _kernels.restore(previous)
 
 
 # ---------------------------------------------------------------------------- nulls
