@@ -328,3 +328,35 @@ def test_embedded_compaction_between_micro_batches(spark: Any, backend: Backend,
         )
     } == latest
     assert size < 8 * 60 * 30  # bounded: far below the bytes written (~8 x 60 records)
+
+
+def test_large_write_is_linked_not_copied_by_the_driver(spark: Any, tmp_path: Path) -> None:
+    """On a local disk each task stages segments with their indexes and the driver's commit
+    links them (patching base offsets, renaming): the rows of two 15 MiB tasks become two segments
+    of the log (copied, they would fill one 32 MiB segment), with consecutive offsets, valid
+    indexes and no staged file left."""
+    import pylog
+    from pylog.tools.inspect import verify
+
+    root = tmp_path / "root"
+    df = spark.range(0, 30_000, numPartitions=2).selectExpr(
+        "cast(id as string) as key", "concat(lpad(cast(id as string), 8, '0'), repeat('x', 1000)) as value"
+    )
+    (
+        df.write.format("pylog")
+        .option("path", str(root))
+        .option("topic", "big")
+        .option("partitions", "1")
+        .option("segment.bytes", str(32 << 20))
+        .mode("append")
+        .save()
+    )
+    d = root / "big-0"
+    assert not [p.name for p in d.iterdir() if p.name.startswith(".pylog")]
+    assert sorted(p.name for p in d.glob("*.log")) == [f"{0:020d}.log", f"{15_000:020d}.log"]
+    with pylog.open(root, read_only=True) as r:
+        t = r.read_table("big")
+        assert t["offset"].to_pylist() == list(range(30_000))
+        assert [v[:8] for v in t["value"].to_pylist()] == [b"%08d" % i for i in range(30_000)]
+        problems, _ = verify(r)
+        assert not problems, problems
