@@ -92,17 +92,11 @@ def misnamed_problem(storage: Storage, base: int, path: str, size: int) -> str |
     )
 
 
-def misnamed_segments(storage: Storage, directory: str, *, from_offset: int | None = None) -> list[str]:
+def misnamed_segments(storage: Storage, directory: str) -> list[str]:
     """The segments of ``directory`` whose first batch starts below the base offset of their
-    file name (see :func:`misnamed_problem`), before the log is loaded: those from the one
-    holding ``from_offset`` on (the ones recovery scans; None: only the newest, which is all
-    recovery scans after a clean shutdown).  A misnamed segment before them is never truncated,
-    and reads find it (:func:`read_problem`): checking every segment would cost a read per
-    segment at every open (a request each on an object store)."""
+    file name (see :func:`misnamed_problem`), before the log is loaded."""
     problems = []
-    logs = segment_logs(storage, directory)
-    first = len(logs) - 1 if from_offset is None else checked_from([b for b, _ in logs], from_offset)
-    for base, path in logs[max(0, first) :]:
+    for base, path in segment_logs(storage, directory):
         with naming_os_errors(path):
             size = storage.size(path)
         problem = misnamed_problem(storage, base, path, size)
@@ -122,15 +116,9 @@ def overlap_problem(a: LogSegment, b: LogSegment) -> str | None:
     return None
 
 
-def checked_from(bases: list[int], from_offset: int) -> int:
-    """Index of the segment holding ``from_offset`` (the floor of it among ``bases``)."""
-    return max((i for i, b in enumerate(bases) if b <= from_offset), default=0)
-
-
-def overlaps(segments: list[LogSegment], *, from_index: int = 0) -> list[str]:
-    """Consecutive segments (by base offset) whose offsets overlap, from the pair ending at
-    ``segments[from_index]`` on."""
-    found = (overlap_problem(a, b) for a, b in itertools.pairwise(segments[max(0, from_index - 1) :]))
+def overlaps(segments: list[LogSegment]) -> list[str]:
+    """Consecutive segments (by base offset) whose offsets overlap."""
+    found = (overlap_problem(a, b) for a, b in itertools.pairwise(segments))
     return [p for p in found if p is not None]
 
 

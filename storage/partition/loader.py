@@ -174,8 +174,11 @@ def _load_log(
         first = len(segments)
         if not had_clean_shutdown and segments:
             first = max((i for i, b in enumerate(bases) if b <= recovery_point), default=0)
-        for seg in segments[:first]:  # the active segment's last index entry is checked against its .log
-            _sanity_check_or_rebuild(seg, rec, read_log=seg is segments[-1])
+        for seg in segments[:first]:
+            # each last offset-index entry is checked against the .log where files can be changed
+            # from outside; on an object store (a read per segment: a request) only the active one's
+            read_log = storage.external_changes or seg is segments[-1]
+            _sanity_check_or_rebuild(seg, rec, read_log=read_log)
         if first < len(segments):
             _recover_from(segments, first, storage, directory, rec)
         elif segments and segments[-1].log_path not in rec.rebuilt_indexes:

@@ -129,9 +129,7 @@ def open_log(
         problems = _start_problems(log_start_offset, high_watermark)
         with _naming_io_errors(directory, "checking the segment names of"):
             if storage.external_changes and storage.isdir(directory):
-                problems += layout.misnamed_segments(
-                    storage, directory, from_offset=None if had_clean_shutdown else recovery_point
-                )
+                problems += layout.misnamed_segments(storage, directory)
         if problems:  # before recovery could take a misnamed segment for invalid bytes
             raise layout.damaged_log_error(directory, problems, writer=True)
     result = load_log(
@@ -152,9 +150,7 @@ def open_log(
         lg.high_watermark = high_watermark
         return lg, None
     with _naming_io_errors(directory, "checking the segments of"):
-        bases = [s.base_offset for s in lg.segments]
-        first = len(bases) - 1 if had_clean_shutdown else layout.checked_from(bases, recovery_point)
-        problems = layout.overlaps(lg.segments, from_index=first) if storage.external_changes else []
+        problems = layout.overlaps(lg.segments) if storage.external_changes else []
         problems += _end_problems(lg, high_watermark)
     if problems:
         for seg in lg.segments:  # closed as found: nothing flushed or indexed
