@@ -98,6 +98,10 @@ class Storage(ABC):
     @abstractmethod
     def truncate(self, path: str, size: int) -> None: ...
 
+    def modified_ms(self, path: str) -> int | None:
+        """When ``path`` was last modified (ms since the epoch), or None when unknown."""
+        return None
+
     external_changes = True
     """True where other programs can rename, copy or remove a root's files behind pylog's back
     (a directory: ``mv``, ``cp``, a restore), so that a writer checks the files it will recover
@@ -315,6 +319,12 @@ class LocalStorage(Storage):
             os.fsync(f.fileno())
 
     writes_in_place = True
+
+    def modified_ms(self, path: str) -> int | None:
+        try:
+            return int(self.resolve(path).stat().st_mtime * 1000)
+        except OSError:
+            return None
 
     def write_at(self, path: str, edits: list[tuple[int, bytes]]) -> None:
         target = self.resolve(path)

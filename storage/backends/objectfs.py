@@ -424,8 +424,18 @@ class ObjectStorage(Storage):
 
     def _direct_listing(self) -> dict[str, int]:
         if self._direct is None:
-            self._direct = {k[len(DIRECT) :]: size for k, (size, _, _) in self.store.list(DIRECT).items()}
+            listed = self.store.list(DIRECT)
+            self._direct = {k[len(DIRECT) :]: size for k, (size, _, _) in listed.items()}
+            self._direct_mtimes = {k[len(DIRECT) :]: mtime for k, (_, mtime, _) in listed.items()}
         return self._direct
+
+    def modified_ms(self, path: str) -> int | None:
+        """Direct objects (staged data): the server's modification time as last listed."""
+        path = self.check_relative(path)
+        if not is_direct(path) or path not in self._direct_listing():
+            return None
+        mtime = getattr(self, "_direct_mtimes", {}).get(path)
+        return None if not mtime else int(float(mtime) * 1000)
 
     # ------------------------------------------------------------------ Storage
 

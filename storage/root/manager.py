@@ -409,9 +409,9 @@ class Root(Transactions):
         if exactly_once and batch_id <= self._state.last_batch(sink_id, legacy_sink):
             self.sweep_staged(sink_id, batch_id, topics)
             return None
+        now = int(time.time() * 1000) if now is None else now
         record = None
         if exactly_once:
-            now = int(time.time() * 1000) if now is None else now
             record = pub.BatchCommit(sink_id, batch_id, now, retention_ms, legacy_sink)
         out: dict[tuple[str, int], AppendInfo] = {}
         groups = pub.group_staged(staged)
@@ -425,18 +425,29 @@ class Root(Transactions):
                     out[(topic, p)] = info
                 self._step("appended")
             self._acknowledge(list(out), sink=record)
-        self.sweep_staged(sink_id, batch_id, topics)
+        self.sweep_staged(sink_id, batch_id, topics, now=now, max_age_ms=retention_ms)
         return out
 
-    def sweep_staged(self, sink_id: str, up_to_batch: int, topics: list[str] | None = None) -> int:
-        """Delete staged files of ``sink_id`` for batches <= ``up_to_batch`` (committed,
-        replayed or abandoned attempts); returns how many were removed."""
+    def sweep_staged(
+        self,
+        sink_id: str,
+        up_to_batch: int,
+        topics: list[str] | None = None,
+        *,
+        now: int | None = None,
+        max_age_ms: int | None = None,
+    ) -> int:
+        """Delete staged files that no commit will publish (see :func:`publish.sweep_staged`):
+        of ``sink_id`` for batches <= ``up_to_batch``, of other queries for batches they
+        published, and, with ``now`` and ``max_age_ms``, of any writer when older than that."""
         partitions = [
             (topic, p)
             for topic in (self.topics() if topics is None else topics)
             for p in range(self.partitions(topic))
         ]
-        return pub.sweep_staged(self.storage, sink_id, up_to_batch, partitions)
+        return pub.sweep_staged(
+            self.storage, sink_id, up_to_batch, partitions, state=self._state, now=now, max_age_ms=max_age_ms
+        )
 
     # ------------------------------------------------------------------ reading
 

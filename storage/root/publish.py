@@ -303,16 +303,39 @@ def append_staged(
 
 
 def sweep_staged(
-    storage: Storage, sink_id: str, up_to_batch: int, partitions: Iterable[tuple[str, int]]
+    storage: Storage,
+    sink_id: str,
+    up_to_batch: int,
+    partitions: Iterable[tuple[str, int]],
+    *,
+    state: PublishState | None = None,
+    now: int | None = None,
+    max_age_ms: int | None = None,
 ) -> int:
-    """Delete the staged files of ``sink_id`` for batches <= ``up_to_batch`` in the
-    directories of ``partitions``; returns how many were removed."""
+    """Delete the staged files in the directories of ``partitions`` that no commit will
+    publish; returns how many were removed:
+
+    * those of ``sink_id`` for batches <= ``up_to_batch`` (committed, replayed or abandoned);
+    * with ``state``, those of any writer for batches its record says it published (their
+      commit, or its skipped replay, is over);
+    * with ``now`` and ``max_age_ms``, those of any writer older than that: left by a query
+      that stopped or was reset (a new checkpoint is a new query, which never publishes them),
+      or by a task of a failed batch write.  Where a file's age is unknown it is kept."""
     removed = 0
     for topic, p in partitions:
         d = partition_dir(topic, p)
         for name in storage.listdir(d):
             parsed = parse_stage_name(name)
-            if parsed and parsed[0] == sink_id and parsed[1] <= up_to_batch:
+            if not parsed:
+                continue
+            writer, batch = parsed[0], parsed[1]
+            done = (writer == sink_id and batch <= up_to_batch) or (
+                state is not None and writer in state.queries and batch <= state.last_batch(writer)
+            )
+            if not done and now is not None and max_age_ms is not None:
+                modified = storage.modified_ms(f"{d}/{name}")
+                done = modified is not None and now - modified > max_age_ms
+            if done:
                 storage.delete(f"{d}/{name}")
                 removed += 1
     return removed

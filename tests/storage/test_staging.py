@@ -28,9 +28,11 @@ def value(batch: int, task: int, i: int) -> bytes:
     return b"b%d-t%d-%05d" % (batch, task, i) + PAD
 
 
-def stage(root: Root, batch: int, task: int, n: int, *, attempt: int = 0, topic: str = "t") -> pub.StagedFile:
+def stage(
+    root: Root, batch: int, task: int, n: int, *, attempt: int = 0, topic: str = "t", writer: str = "q1"
+) -> pub.StagedFile:
     """One task's staging of ``n`` records for partition 0, written in chunks of 50."""
-    st = open_stager(root.storage, topic, 0, pub.stage_name("q1", batch, task, attempt), root.config(topic))
+    st = open_stager(root.storage, topic, 0, pub.stage_name(writer, batch, task, attempt), root.config(topic))
     for c in range(0, n, 50):
         vals = [value(batch, task, i) for i in range(c, min(n, c + 50))]
         enc = records.encode(vals, None, 1000 + c, base_offset=st.next_offset, batch_bytes=2000)
@@ -240,3 +242,32 @@ def test_object_stores_stage_one_flat_file(tmp_path: Path) -> None:
     root.publish("q1", 0, [staged])
     root.close()
     assert values(tmp_path)[1] == [b"v1", b"v2"]
+
+
+def _staged_names(path: Path) -> list[str]:
+    return sorted(p.name for p in (path / "t-0").iterdir() if p.name.startswith(".pylog"))
+
+
+def test_stagings_no_commit_will_publish_are_swept(tmp_path: Path) -> None:
+    """A reset checkpoint is a new query: what the old one staged for a batch it never
+    committed is removed by a later commit once older than the query retention; a staging of a
+    batch its query already published is removed at once; anything else is kept."""
+    root = pylog.open(tmp_path)
+    root.create_topic("t", 1, CONFIG)
+    root.publish("q1", 4, [stage(root, 4, 0, 10)])
+    replayed = stage(root, 3, 1, 10)  # a replayed batch of q1 (already published): garbage
+    st = open_stager(root.storage, "t", 0, pub.stage_name("q0", 7, 0, 0), root.config("t"))
+    enc = records.encode([b"old"], None, 1000, base_offset=0)
+    st.write(enc.buffer, enc.batches)
+    st.finish()  # q0 died before committing batch 7, and its checkpoint was reset
+    assert replayed.paths()
+    young = _staged_names(tmp_path)
+    now = int(tmp_path.stat().st_mtime * 1000)
+    root.publish("q2", 0, [stage(root, 0, 0, 5, writer="q2")], now=now, retention_ms=60_000)
+    left = _staged_names(tmp_path)
+    assert all(".q0." in n for n in left) and left, left  # q1's replay removed, q0's too young
+    assert set(left) <= set(young)
+    root.publish("q2", 1, [stage(root, 1, 0, 5, writer="q2")], now=now + 120_000, retention_ms=60_000)
+    assert _staged_names(tmp_path) == []
+    root.close()
+    assert len(values(tmp_path)[1]) == 20
