@@ -110,6 +110,11 @@ def _stage(root: Root, batch: int, attempt: int, parts: dict[str, list[str]]) ->
     return files
 
 
+def _copy_below(n: int) -> int:
+    """Link every staged segment in two commits of three, copy them in the third."""
+    return pub.COPY_BELOW_BYTES if n % 3 == 2 else 0
+
+
 def replay_last_plan(root: Root, work: Path, attempt: int, acks: int) -> None:
     """What Spark does after a restart: the last planned batch runs again, and must land once."""
     plans = read_jsonl(work / "plan.jsonl")
@@ -117,7 +122,8 @@ def replay_last_plan(root: Root, work: Path, attempt: int, acks: int) -> None:
         return
     last = plans[-1]
     committed = root.last_committed_batch(SINK) >= last["batch"]
-    out = root.publish(SINK, last["batch"], _stage(root, last["batch"], attempt, last["parts"]))
+    files = _stage(root, last["batch"], attempt, last["parts"])
+    out = root.publish(SINK, last["batch"], files, copy_below=_copy_below(attempt))
     if (out is None) != committed:
         _line(
             acks, {"kind": "error", "error": f"replay of batch {last['batch']}: {out}, committed={committed}"}
@@ -164,7 +170,8 @@ def writer_main(work_dir: str, gen: int, seed: int, max_ops: int) -> None:
                 continue
             files = _stage(root, batch, 0, parts_map)
             _line(plan, {"batch": batch, "parts": parts_map})
-            out = root.publish(SINK, batch, files)
+            # staged segments linked (patched and renamed) or copied, as the sink's commit does
+            out = root.publish(SINK, batch, files, copy_below=_copy_below(batch))
             if out is None:
                 _line(acks, {"kind": "error", "error": f"first publish of batch {batch} skipped"})
                 raise SystemExit(3)
