@@ -426,7 +426,7 @@ def _stage_batch(
             state = sticky.setdefault(topic, [task % num, 0])
             parts[need] = _sticky_partitions(sizes, num, state, min(STICKY_SWITCH_BYTES, opts.batch_bytes))
         ts_type = timestamp_type(config)
-        for p in np.unique(parts).tolist():
+        for p in np.flatnonzero(np.bincount(parts, minlength=num)).tolist():
             rows = pa.array(sel[parts == p])
             f = files.get((topic, p))
             if f is None:

@@ -201,6 +201,11 @@ class Root(Transactions):
             self._logs[key] = lg
         return lg
 
+    def high_watermark(self, topic: str, partition: int) -> int | None:
+        """The end of acknowledged data of a partition as this root last read or wrote it
+        (None: no record, e.g. a Kafka log directory); a reader never reads at or beyond it."""
+        return self._state.high_watermarks.get((topic, int(partition)))
+
     def writable_log(self, topic: str, partition: int) -> Log:
         self._ensure_writer()
         return self.log(topic, partition)
