@@ -20,11 +20,11 @@ import json
 import logging
 import math
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
+from pylog.connector.javaregex import compile_java
 from pylog.connector.options import (
     EARLIEST,
     LATEST,
@@ -108,7 +108,7 @@ class RootView:
         if subscription.kind == "subscribe":
             topics = [t for t in subscription.topics if t in root.topics()]
         else:
-            pattern = re.compile(subscription.pattern)
+            pattern = compile_java(subscription.pattern)
             topics = [t for t in root.topics() if pattern.fullmatch(t)]
         return sorted((t, p) for t in topics for p in range(root.partitions(t)))
 

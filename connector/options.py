@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pylog.connector.javaregex import JavaRegexError, compile_java
 from pylog.storage.config import validate_topic_name
 from pylog.storage.errors import ConfigError, SourceOptionError
 
@@ -40,7 +41,7 @@ STORAGE_PREFIX = "storage."
 OPTIONS: dict[str, str] = {
     "path": "the pylog root: a local path, file:// URL or object-store URL (s3://bucket/prefix) (required)",
     "subscribe": "comma-separated topic names",
-    "subscribePattern": "a regular expression matched against whole topic names",
+    "subscribePattern": "a Java regular expression (as in Spark) matched against whole topic names",
     "assign": 'JSON {"topicA":[0,1],"topicB":[2,4]}',
     "startingOffsets": "earliest, latest (streaming only) or JSON "
     '{"topicA":{"0":23,"1":-1}} (-2 earliest, -1 latest)',
@@ -104,7 +105,7 @@ class Subscription:
         if self.kind == "subscribe":
             return topic in self.topics
         if self.kind == "subscribePattern":
-            return re.fullmatch(self.pattern, topic) is not None
+            return compile_java(self.pattern).fullmatch(topic) is not None
         return any(t == topic for t, _ in self.assignment)
 
     def describe(self) -> str:
@@ -336,7 +337,12 @@ def _subscription(opts: dict[str, str]) -> Subscription:
                 "values: a regular expression"
             )
         try:
-            re.compile(pattern)
+            compile_java(pattern)
+        except JavaRegexError as e:
+            raise SourceOptionError(
+                f"option subscribePattern: {_show(pattern)} is a Java regular expression (as in Spark's "
+                f"Kafka source) that Python cannot read the same way: {e}"
+            ) from None
         except re.error as e:
             raise SourceOptionError(
                 f"option subscribePattern: {_show(pattern)} is not a valid regular expression: {e}"
