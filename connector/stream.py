@@ -26,6 +26,7 @@ reported as data loss by the read.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -73,7 +74,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._initial: dict[str, Any] | None = None
         self._target: dict[TopicPartition, int] | None = None  # Trigger.AvailableNow
         self._latest: dict[TopicPartition, int] | None = None
-        self._last_trigger_ms = 0.0
+        self._last_trigger_ms = -math.inf  # Kafka's lastTriggerMillis = 0: the first trigger fires
         self._commit_warned = False
 
     def __getstate__(self) -> dict[str, Any]:
@@ -137,8 +138,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = (
                 rate_limit(limit.max_rows, begin, latest) if isinstance(limit, ReadMaxRows) else dict(latest)
             )
-        self._last_trigger_ms = time.monotonic() * 1000
-        return to_json(end)  # partitions that disappeared are left out: partitions() reports them
+        out = to_json(end)
+        if out != start:  # Spark runs a batch (offsets moved): the delay restarts
+            self._last_trigger_ms = time.monotonic() * 1000
+        return out  # partitions that disappeared are left out: partitions() reports them
 
     def _available(self, view: RootView) -> dict[TopicPartition, int]:
         tps = view.topic_partitions(self.opts.subscription)
@@ -156,10 +159,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self, min_rows: int, begin: dict[TopicPartition, int], latest: dict[TopicPartition, int]
     ) -> bool:
         """Kafka's ``delayBatch``: skip this trigger while fewer than ``min_rows`` offsets are
-        new, until maxTriggerDelay has passed since the last batch."""
+        new, until maxTriggerDelay has passed since the last batch ran (the first trigger of a
+        reader, after a start or restart, is not delayed: the timer starts at 0, as in Kafka).
+        The timer restarts when a batch runs, not at a trigger that finds nothing new."""
         now = time.monotonic() * 1000
-        if self._last_trigger_ms == 0:
-            self._last_trigger_ms = now
         return (
             backlog(begin, latest) < min_rows and now - self._last_trigger_ms < self.opts.max_trigger_delay_ms
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -337,3 +338,26 @@ def test_pushed_timestamp_bounds_use_the_time_index(root: pylog.Root, backend: B
     o = parse_options({**backend.spark_options(), "subscribe": "t"}).for_batch()
     tasks = plan_batch(o, Bounds(timestamp_lo=T0 + 15, partition_lo=1))
     assert [(t.partition, t.start, t.end, t.min_timestamp) for t in tasks] == [(1, 15, 20, T0 + 15)]
+
+
+def test_min_offsets_timer_starts_at_zero_and_restarts_only_when_a_batch_runs(
+    root: pylog.Root, backend: Backend
+) -> None:
+    """Kafka's ``delayBatch``: a restarted query's first trigger is not delayed (the timer
+    starts at 0); afterwards the delay counts from the last batch that ran, and a trigger that
+    finds nothing new does not restart it."""
+    pinned = {"t": {"0": 50, "1": 20}}
+    append(root, "t", 0, 4)
+    restarted = stream(backend, minOffsetsPerTrigger="10", maxTriggerDelay="300ms")
+    first = restarted.latestOffset(pinned, ReadMinRows(10))
+    assert first == {"t": {"0": 54, "1": 20}}  # 4 < 10, but the first trigger fires
+    append(root, "t", 1, 2)
+    assert restarted.latestOffset(first, ReadMinRows(10)) == first  # 2 < 10 within the delay
+    time.sleep(0.35)
+    second = restarted.latestOffset(first, ReadMinRows(10))
+    assert second == {"t": {"0": 54, "1": 22}}  # the delay passed: the 2 records run
+    time.sleep(0.35)
+    assert restarted.latestOffset(second, ReadMinRows(10)) == second  # nothing new: no batch
+    append(root, "t", 0, 1)
+    # the delay counts from the last batch (0.35 s ago), not from the empty trigger
+    assert restarted.latestOffset(second, ReadMinRows(10)) == {"t": {"0": 55, "1": 22}}
