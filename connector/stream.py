@@ -181,12 +181,30 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 "topic-partitions " + ", ".join(f"{t}-{p}" for t, p in gone) + " are gone (deleted).",
                 self.opts.fail_on_data_loss,
             )
+        unplanned = sorted(tp for tp, v in start_map.items() if tp not in end_map and not is_offset(v))
+        if unplanned:  # Kafka: "Cannot find earliest offsets of ..." (batch 0's partitions)
+            report_data_loss(
+                "topic-partitions "
+                + ", ".join(f"{t}-{p}" for t, p in unplanned)
+                + " were deleted before the query's first batch was planned: none of their records "
+                "is read.",
+                self.opts.fail_on_data_loss,
+            )
         view = self._view
         if view is None or not all(is_offset(v) for v in start_map.values()):
             view = self._refresh()
         ranges = []
         for tp, until in sorted(end_map.items()):
-            begin = resolve(view, tp, start_map.get(tp, 0), bound=until)
+            new_start = 0
+            if tp not in start_map and view.exists(tp) and (first := view.earliest(tp)) > 0:
+                # Kafka: a partition added after the query started is read from offset 0
+                report_data_loss(
+                    f"Added partition {tp[0]}-{tp[1]} starts from {first} instead of 0: its records "
+                    f"below {first} were removed (retention) before this query read them.",
+                    self.opts.fail_on_data_loss,
+                )
+                new_start = first
+            begin = resolve(view, tp, start_map.get(tp, new_start), bound=until)
             if until < begin:
                 report_data_loss(
                     f"{tp[0]}-{tp[1]}: offset was changed from {begin} to {until} (the log was deleted and "

@@ -361,3 +361,46 @@ def test_min_offsets_timer_starts_at_zero_and_restarts_only_when_a_batch_runs(
     append(root, "t", 0, 1)
     # the delay counts from the last batch (0.35 s ago), not from the empty trigger
     assert restarted.latestOffset(second, ReadMinRows(10)) == {"t": {"0": 55, "1": 22}}
+
+
+def test_a_new_partition_whose_log_does_not_start_at_zero_is_data_loss_on_the_driver(
+    root: pylog.Root, backend: Backend
+) -> None:
+    """Kafka reads an added partition from offset 0; when retention removed its first records
+    before the query saw it, the driver says so (failOnDataLoss) and names the cause."""
+    root.add_partitions("t", 1)
+    append(root, "t", 2, 5)
+    root.writable_log("t", 2).roll()
+    append(root, "t", 2, 5)
+
+    def retain() -> None:  # retention removes the first segment (one commit on an object store)
+        lg = root.writable_log("t", 2)
+        lg.delete_segments([lg.segments[0]])
+        root.checkpoint()
+
+    root.transaction(retain)
+    pinned = {"t": {"0": 50, "1": 20}}
+    rd = stream(backend)
+    end = rd.latestOffset(pinned, ReadAllAvailable())
+    assert end == {"t": {"0": 50, "1": 20, "2": 10}}
+    with pytest.raises(DataLossError, match=r"Added partition t-2 starts from 5 instead of 0"):
+        rd.partitions(pinned, end)
+    lenient = stream(backend, failOnDataLoss="false")
+    assert ranges_of(lenient, pinned, lenient.latestOffset(pinned, ReadAllAvailable())) == [("t", 2, 5, 10)]
+
+
+def test_a_partition_deleted_before_the_first_batch_is_planned_is_data_loss(
+    root: pylog.Root, backend: Backend
+) -> None:
+    rd = stream(backend, subscribe="t,u", startingOffsets="earliest")
+    root.create_topic("u", partitions=1)
+    append(root, "u", 0, 3)
+    start = rd.initialOffset()
+    assert start == {"t": {"0": -2, "1": -2}, "u": {"0": -2}}
+    root.close()
+    with backend.open() as writer:
+        delete_topic(writer, "u")
+    end = rd.latestOffset(start, ReadAllAvailable())
+    assert end == {"t": {"0": 50, "1": 20}}
+    with pytest.raises(DataLossError, match=r"u-0 were deleted before the query's first batch was planned"):
+        rd.partitions(start, end)
