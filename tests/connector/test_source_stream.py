@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+import pylog
 from pylog.connector.progress import read_consumer_offsets
 from tests.conftest import Backend
 from tests.connector.source_helpers import (
@@ -259,3 +260,27 @@ def test_streaming_only_options_are_checked_when_the_query_starts(
         root.create_topic("t", 1)
     with pytest.raises(Exception, match="option endingOffsets: ending offset not valid in streaming queries"):
         run_available_now(spark, backend, tmp_path / "ck", Collector(), subscribe="t", endingOffsets="latest")
+
+
+def test_a_topic_of_128_partitions_growing_to_130_is_read_exactly_once(spark: Any, tmp_path: Path) -> None:
+    """Issue #16: a stream over a topic of 128 partitions (most of them idle), restarted after
+    partitions were added and written: every record once, the new partitions from offset 0."""
+    root_dir, ck = tmp_path / "root", tmp_path / "ck"
+    with pylog.open(root_dir) as root:
+        root.create_topic("t", 128)
+        for p in (0, 5, 127):
+            append(root, "t", p, 10)
+    c = Collector()
+    opts = {"subscribe": "t", "startingOffsets": "earliest", "maxOffsetsPerTrigger": "7"}
+    run_available_now(spark, root_dir, ck, c, **opts)
+    assert sum(c.batch_sizes()) == 30
+    with pylog.open(root_dir) as root:
+        root.add_partitions("t", 2)
+        append(root, "t", 128, 4)
+        append(root, "t", 129, 3)
+        append(root, "t", 5, 2)
+    run_available_now(spark, root_dir, ck, c, **opts)
+    rows = no_duplicates(c)
+    want = {("t", p, o) for p, n in ((0, 10), (5, 12), (127, 10), (128, 4), (129, 3)) for o in range(n)}
+    assert {(r[0], r[1], r[2]) for r in rows} == want
+    assert all(bytes(r[3]) == value(r[0], r[1], r[2]) for r in rows)
