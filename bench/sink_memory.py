@@ -34,6 +34,7 @@ from typing import Any
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
+from _spark import local_spark
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
@@ -135,17 +136,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="128 and 384 MiB instead of 1 and 3 GiB")
     args = ap.parse_args()
     sizes = (128, 384) if args.quick else (1024, 3072)
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("pylog-bench-sink-memory")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "8192")
-        .getOrCreate()
+    spark = local_spark(
+        "pylog-bench-sink-memory", MeasuredSource, spark__sql__execution__arrow__maxRecordsPerBatch="8192"
     )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(MeasuredSource)
     results = []
     try:
         warm = Path(tempfile.mkdtemp(prefix="pylog-bench-sink-memory-"))

@@ -29,6 +29,7 @@ from typing import Any
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
+from _spark import local_spark
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
@@ -101,19 +102,13 @@ def main() -> None:
     args = ap.parse_args()
     rows = 1_000_000 if args.quick else 10_000_000
     files = 8 if args.quick else 40
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("pylog-bench-sink")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "65536")
-        .config("spark.driver.memory", "4g")
-        .getOrCreate()
+    spark = local_spark(
+        "pylog-bench-sink",
+        DiscardSink,
+        spark__sql__shuffle__partitions="2",
+        spark__sql__execution__arrow__maxRecordsPerBatch="65536",
+        spark__driver__memory="4g",
     )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(DiscardSink)
     tmp = Path(tempfile.mkdtemp(prefix="pylog-bench-sink-"))
     try:
         src = tmp / "src"

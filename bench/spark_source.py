@@ -37,6 +37,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from _spark import local_spark
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
@@ -188,20 +189,13 @@ def main() -> None:
     rows = 1_000_000 if args.quick else 10_000_000
     repeat = args.repeat or (1 if args.quick else 3)
     tmp = Path(tempfile.mkdtemp(prefix="pylog-bench-source-"))
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("pylog-bench-source")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "4g")
-        .getOrCreate()
+    spark = local_spark(
+        "pylog-bench-source",
+        DefaultSource,
+        CeilingSource,
+        spark__sql__shuffle__partitions="2",
+        spark__driver__memory="4g",
     )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(DefaultSource)
-    spark.dataSource.register(CeilingSource)
     try:
         t0 = time.perf_counter()
         counts, per_set = make_data(tmp / "root", tmp / "parquet", rows)

@@ -27,6 +27,7 @@ from typing import Any
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 import pyarrow as pa
+from _spark import local_spark
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
@@ -131,18 +132,7 @@ def main() -> None:
     args = ap.parse_args()
     sizes = (1, 16) if args.quick else (1, 16, 128)
     tmp = Path(tempfile.mkdtemp(prefix="pylog-bench-triggers-"))
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("pylog-bench-triggers")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "1")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(FreeSource)
+    spark = local_spark("pylog-bench-triggers", FreeSource, spark__sql__shuffle__partitions="1")
     results: dict[str, dict[str, float]] = {}
     try:
         for n in sizes:
