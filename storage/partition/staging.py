@@ -170,35 +170,44 @@ def _patches(
         raise CorruptRecordError(
             f"staged segment has {size} bytes, {seg.size} were staged", path=path, position=0
         )
-    while pos < size:
-        raw = storage.read(path, pos, pos + B.HEADER_SIZE)
-        if len(raw) < B.HEADER_SIZE:
-            raise CorruptRecordError("torn batch header", path=path, position=pos)
-        f = dict(zip((name for name, _ in B.HEADER_FIELDS), B.HEADER.unpack_from(raw), strict=True))
-        length = int(f["batch_length"]) + B.LOG_OVERHEAD
-        problem = None
-        if f["magic"] != 2:
-            problem = f"magic {f['magic']} (only RecordBatch v2 is staged)"
-        elif int(f["base_offset"]) not in (expect, expect + delta):
-            problem = f"base offset {f['base_offset']}, expected {expect}"
-        elif length < B.HEADER_SIZE or pos + length > size:
-            problem = f"batch length {length} does not fit the file"
-        elif int(f["attributes"]) & _NOT_LINKABLE:
-            problem = "a transactional or control batch"
-        if problem:
-            raise CorruptRecordError(f"staged batch: {problem}", path=path, position=pos)
-        if length > config.max_message_bytes:
-            raise RecordTooLargeError(
-                f"{path}: a batch of {length} bytes exceeds max.message.bytes={config.max_message_bytes}"
-            )
-        edits.append((pos, _BASE.pack(expect + delta)))
-        expect += int(f["last_offset_delta"]) + 1
-        pos += length
+    with storage.open_reader(path) as read:
+        while pos < size:
+            raw = read(pos, pos + B.HEADER_SIZE)
+            f, length = _checked_header(raw, pos, expect, delta, size, path)
+            if length > config.max_message_bytes:
+                raise RecordTooLargeError(
+                    f"{path}: a batch of {length} bytes exceeds max.message.bytes={config.max_message_bytes}"
+                )
+            edits.append((pos, _BASE.pack(expect + delta)))
+            expect += int(f["last_offset_delta"]) + 1
+            pos += length
     if expect != seg.next_offset:
         raise CorruptRecordError(
             f"staged segment ends at offset {expect}, {seg.next_offset} were staged", path=path, position=size
         )
     return edits
+
+
+def _checked_header(
+    raw: bytes, pos: int, expect: int, delta: int, size: int, path: str
+) -> tuple[dict[str, int], int]:
+    """The fields and the size of the staged batch header ``raw`` at ``pos``, checked."""
+    if len(raw) < B.HEADER_SIZE:
+        raise CorruptRecordError("torn batch header", path=path, position=pos)
+    f = dict(zip((name for name, _ in B.HEADER_FIELDS), B.HEADER.unpack_from(raw), strict=True))
+    length = int(f["batch_length"]) + B.LOG_OVERHEAD
+    problem = None
+    if f["magic"] != 2:
+        problem = f"magic {f['magic']} (only RecordBatch v2 is staged)"
+    elif int(f["base_offset"]) not in (expect, expect + delta):
+        problem = f"base offset {f['base_offset']}, expected {expect}"
+    elif length < B.HEADER_SIZE or pos + length > size:
+        problem = f"batch length {length} does not fit the file"
+    elif int(f["attributes"]) & _NOT_LINKABLE:
+        problem = "a transactional or control batch"
+    if problem:
+        raise CorruptRecordError(f"staged batch: {problem}", path=path, position=pos)
+    return f, length
 
 
 def link(log: Log, name: str, seg: StagedSegment, *, now: int | None = None) -> AppendInfo:
