@@ -174,6 +174,7 @@ class ObjectStorage(Storage):
         self._files: dict[str, _Entry] = {}
         self._dirs: set[str] = set()
         self._direct: dict[str, int] | None = None
+        self._direct_mtimes: dict[str, float] = {}  # of the last listing (staged data's age)
         self._deferred: list[str] = []
         self._dirty = False
         self.in_transaction = False
@@ -434,7 +435,7 @@ class ObjectStorage(Storage):
         path = self.check_relative(path)
         if not is_direct(path) or path not in self._direct_listing():
             return None
-        mtime = getattr(self, "_direct_mtimes", {}).get(path)
+        mtime = self._direct_mtimes.get(path)
         return None if not mtime else int(float(mtime) * 1000)
 
     # ------------------------------------------------------------------ Storage

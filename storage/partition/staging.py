@@ -65,6 +65,11 @@ def staged_stem(name: str, base: int) -> str:
     return f"{name}.{segment_name(base)}"
 
 
+def staged_log_path(directory: str, name: str, seg: StagedSegment) -> str:
+    """The ``.log`` of a staged segment (its batches)."""
+    return f"{join(directory, staged_stem(name, seg.base))}.log{STAGED_SUFFIX}"
+
+
 def staged_paths(directory: str, name: str, seg: StagedSegment) -> list[str]:
     """Every file a staged segment may have (index files first, the ``.log`` last)."""
     stem = join(directory, staged_stem(name, seg.base))
@@ -85,6 +90,11 @@ class StagingLog:
         self.next_offset = 0
         self.segments: list[StagedSegment] = []
         self._seg: LogSegment | None = None
+
+    @property
+    def size(self) -> int:
+        """Bytes staged so far."""
+        return sum(s.size for s in self.segments) + (self._seg.size if self._seg is not None else 0)
 
     def _open(self, base: int) -> LogSegment:
         seg = LogSegment(
@@ -218,7 +228,7 @@ def link(log: Log, name: str, seg: StagedSegment, *, now: int | None = None) -> 
     storage, directory = log.storage, log.directory
     base = log.log_end_offset
     stem = join(directory, staged_stem(name, seg.base))
-    staged_log = f"{stem}.log{STAGED_SUFFIX}"
+    staged_log = staged_log_path(directory, name, seg)
     edits = _patches(storage, staged_log, seg, base - seg.base, log.config)  # checks: nothing changed yet
     try:
         storage.write_at(staged_log, edits)
@@ -248,4 +258,12 @@ def link(log: Log, name: str, seg: StagedSegment, *, now: int | None = None) -> 
     return AppendInfo(base, last, new.max_timestamp_so_far, seg.records, len(edits), seg.size)
 
 
-__all__ = ["STAGED_SUFFIX", "StagedSegment", "StagingLog", "link", "staged_paths", "staged_stem"]
+__all__ = [
+    "STAGED_SUFFIX",
+    "StagedSegment",
+    "StagingLog",
+    "link",
+    "staged_log_path",
+    "staged_paths",
+    "staged_stem",
+]

@@ -194,7 +194,7 @@ class Root(Transactions):
                 had_clean_shutdown=self._had_clean_shutdown,
                 recovery_point=self._recovery_points.get(key, 0),
                 log_start_offset=self._start_offsets.get(key, 0),
-                high_watermark=self._state.high_watermarks.get(key),
+                high_watermark=self.high_watermark(*key),
                 step_hook=self._step,  # the root's hook sees the steps of its logs too
                 recoveries=self.recoveries,
             )
@@ -247,7 +247,7 @@ class Root(Transactions):
                     self.config(topic),
                     problems=e.problems,
                     log_start_offset=self._start_offsets.get(key, 0),
-                    high_watermark=self._state.high_watermarks.get(key),
+                    high_watermark=self.high_watermark(*key),
                 )
             if first is not None:  # a second round: report its steps with the first
                 first.problems += plan.problems

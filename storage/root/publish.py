@@ -257,17 +257,11 @@ def group_staged(staged: Iterable[StagedFile]) -> dict[tuple[str, int], list[Sta
 
 
 def read_staged(storage: Storage, files: Iterable[StagedFile]) -> bytes:
-    """The encoded batches of ``files`` (of one partition), one after the other."""
-    out = []
-    for f in files:
-        d = partition_dir(f.topic, f.partition)
-        if f.data is not None:
-            out.append(f.data)
-        elif f.segments is None:
-            out.append(storage.read(f"{d}/{f.name}"))
-        else:
-            out += [storage.read(staging.staged_paths(d, f.name, s)[-1]) for s in f.segments]
-    return b"".join(out)
+    """The encoded batches of flat stagings ``files`` (of one partition), one after the other."""
+    return b"".join(
+        f.data if f.data is not None else storage.read(f"{partition_dir(f.topic, f.partition)}/{f.name}")
+        for f in files
+    )
 
 
 def append_staged(
@@ -279,7 +273,7 @@ def append_staged(
     parts: list[AppendInfo] = []
     d = partition_dir(files[0].topic, files[0].partition) if files else ""
     for f in files:
-        if f.segments is None or not storage.writes_in_place:
+        if f.segments is None:  # a flat staging (object stores)
             data = read_staged(storage, [f])
             if data:
                 parts.append(lg.append_batches(data, assign_offsets=True))
@@ -288,7 +282,7 @@ def append_staged(
             if s.size >= copy_below:
                 parts.append(staging.link(lg, f.name, s))
             else:
-                parts.append(lg.append_batches(storage.read(staging.staged_paths(d, f.name, s)[-1])))
+                parts.append(lg.append_batches(storage.read(staging.staged_log_path(d, f.name, s))))
     parts = [p for p in parts if p.num_batches]
     if not parts:
         return None

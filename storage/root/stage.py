@@ -62,7 +62,6 @@ class SegmentStager:
             if old == name or old.startswith(name + "."):
                 storage.delete(f"{directory}/{old}")
         self._log = StagingLog(storage, directory, name, config)
-        self._size = 0
 
     @property
     def next_offset(self) -> int:
@@ -70,11 +69,10 @@ class SegmentStager:
 
     @property
     def size(self) -> int:
-        return self._size
+        return self._log.size
 
     def write(self, data: np.ndarray | bytes | memoryview, headers: B.BatchHeaders) -> None:
         self._log.append(data, headers)
-        self._size += int(headers.size.sum())
 
     def finish(self, *, inline: bool = False) -> StagedFile:
         segs = self._log.finish()
