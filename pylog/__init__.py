@@ -35,6 +35,7 @@ from pylog.storage.errors import (
     StorageIOError,
     TopicExistsError,
     UnknownTopicError,
+    UnsupportedFormatError,
 )
 from pylog.storage.root.manager import Root
 from pylog.storage.root.manager import open_root as open
@@ -66,6 +67,7 @@ __all__ = [
     "StorageIOError",
     "TopicExistsError",
     "UnknownTopicError",
+    "UnsupportedFormatError",
     "open",
 ]
 __version__ = "0.1.0"

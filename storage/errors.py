@@ -99,6 +99,11 @@ class CorruptMetadataError(PylogError):
     parsed; the message names the file."""
 
 
+class UnsupportedFormatError(CorruptMetadataError):
+    """Metadata written by a newer pylog (a format version this one does not know): upgrade
+    pylog to read it; nothing is changed."""
+
+
 class CommitConflictError(PylogError):
     """Another writer published the manifest this commit wanted to create."""
 

@@ -29,6 +29,10 @@ except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
 
+STAGE_PREFIX = ".pylog-stage."
+"""Names of staged sink data (``.pylog-stage.<query>.<batch>.<task>.<attempt>``)."""
+
+
 class AppendFile(ABC):
     """A file opened for appending (the active segment and its indexes)."""
 
@@ -64,6 +68,11 @@ class Storage(ABC):
     @abstractmethod
     def listdir(self, path: str = "") -> list[str]:
         """Names (not paths) in a directory, sorted; [] if it does not exist."""
+
+    def listdir_staged(self, path: str) -> list[str]:
+        """Names of the staged sink files (``.pylog-stage.*``) in a directory.  On an object
+        store they live outside the published tree and are listed only when asked for here."""
+        return [n for n in self.listdir(path) if n.startswith(STAGE_PREFIX)]
 
     @abstractmethod
     def isdir(self, path: str) -> bool: ...

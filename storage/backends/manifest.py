@@ -1,7 +1,7 @@
-"""The manifests of a pylog root on an object store: keys, JSON format, and finding the newest.
+"""Format 1 of a pylog root on an object store (one manifest per version), and what both formats share.
 
-A manifest is the state of the whole root at one version, an immutable JSON object created with
-put-if-absent under ``_pylog/manifests/<number, 20 digits>.json``; numbers have no gaps::
+Format 1 recorded each version of a root as one immutable JSON manifest listing every file,
+created with put-if-absent under ``_pylog/manifests/<number, 20 digits>.json``::
 
     {"format": "pylog-manifest", "version": 1, "number": 42,
      "writer": "<random token of the commit>", "base_writer": "<token of manifest 41>",
@@ -11,39 +11,38 @@ put-if-absent under ``_pylog/manifests/<number, 20 digits>.json``; numbers have 
      "dirs": ["<dir>", ...],
      "garbage": [["<key>", <time_ms it was superseded>], ...]}
 
-Files up to :data:`INLINE_MAX` bytes, except segment data (``.log``), are held inline; any other
-file is an object whose key is the file's path plus part of the writer token of the commit that
-uploaded it, so a key is never used twice.  ``garbage`` lists the objects (and the previous
-manifest) that commits stopped referencing, until they are deleted.
+Such roots are still read, and are upgraded to format 2 (the commit log of
+:mod:`~pylog.storage.backends.commitlog`) by their first commit, which leaves a *marker* as the
+next manifest (``"version": 2, "moved_to": "_pylog/log/"``) so that older pylog versions refuse
+the root instead of writing beside the commit log.
 
-*Direct* objects live under ``_pylog/direct/``, outside every manifest: staged sink data and
-consumer offsets, each written whole by one PUT.
+Shared by both formats: a file uploaded by a commit is an object whose key is the file's path
+plus part of the writer token of that commit, so a key is never used twice; small files are
+held inline (:func:`holds_inline`).  *Direct* objects live under ``_pylog/direct/``, outside
+every state: staged sink data and consumer offsets, each written whole by one PUT.
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import re
 from collections.abc import Iterable
 from typing import Any
 
-from pylog.storage.backends.objectstore import ObjectStore
-from pylog.storage.errors import CorruptMetadataError, StorageError
+from pylog.storage.backends.fs import STAGE_PREFIX
+from pylog.storage.backends.snapshot import Ref, Snapshot
+from pylog.storage.errors import CorruptMetadataError
 
 MANIFESTS = "_pylog/manifests/"
 DIRECT = "_pylog/direct/"
 FORMAT = "pylog-manifest"
 VERSION = 1
 INLINE_MAX = 4096
-"""Files up to this size, except segment data (``.log``), are kept inside the manifest."""
+"""Files of a topic-partition up to this size are kept inside the state, not uploaded; on an
+object store an active segment is sealed (rolled) once it is larger."""
 
 _UPLOAD_SUFFIX = re.compile(r"\.[0-9a-f]{16}$")
-
-_NEWEST: dict[str, tuple[int, str, dict[str, Any]]] = {}
-"""Per URL, the newest manifest this process has read or written: number, ETag, document."""
-
 
 # ---------------------------------------------------------------------- keys and paths
 
@@ -72,7 +71,7 @@ def is_direct(path: str) -> bool:
     """Files outside the published state: staged sink data and consumer offsets (each written
     whole by one PUT, so atomic by itself)."""
     d, _, name = path.rpartition("/")
-    return name.startswith(".pylog-stage.") or (not d and name.startswith("pylog-consumer-offsets."))
+    return name.startswith(STAGE_PREFIX) or (not d and name.startswith("pylog-consumer-offsets."))
 
 
 def parent(path: str) -> str:
@@ -83,8 +82,9 @@ def parent(path: str) -> str:
 
 
 def holds_inline(path: str, size: int) -> bool:
-    """Whether a file written by a commit is kept inside the manifest rather than uploaded."""
-    return size == 0 or (size <= INLINE_MAX and not path.endswith(".log"))
+    """Whether a file written by a commit is kept inside the state rather than uploaded: small
+    files, and every file at the root (metadata that a race re-bases by merging it key by key)."""
+    return size <= INLINE_MAX or "/" not in path
 
 
 def inline_file(data: bytes | bytearray) -> dict[str, Any]:
@@ -145,74 +145,60 @@ def garbage_of(doc: dict[str, Any]) -> list[tuple[str, int]]:
     return [(str(k), int(t)) for k, t in doc.get("garbage", [])]
 
 
-def referenced_keys(doc: dict[str, Any]) -> set[str]:
-    """The objects a manifest keeps: its files' objects, its garbage, and the manifest itself."""
-    keys = {str(f["key"]) for f in doc["files"].values() if "key" in f}
-    keys |= {str(k) for k, _ in doc.get("garbage", [])}
-    keys.add(manifest_key(int(doc["number"])))
-    return keys
+# ---------------------------------------------------------------------- upgrading to format 2
 
 
-# ---------------------------------------------------------------------- the newest manifest
+MARKER_VERSION = 2
 
 
-def _read(store: ObjectStore, key: str) -> dict[str, Any]:
-    return parse_manifest(store.get(key), f"{store.url}/{key}")
+def marker_document(number: int) -> bytes:
+    """Manifest ``number`` of a root upgraded to format 2: pylog versions that read only format 1
+    refuse it ("not a version 1 pylog manifest"), so they stop writing to the root."""
+    return json.dumps(
+        {
+            "format": FORMAT,
+            "version": MARKER_VERSION,
+            "number": number,
+            "moved_to": "_pylog/log/",
+            "note": "this root uses the commit log of pylog format 2; upgrade pylog to read it",
+        }
+    ).encode()
 
 
-def newest_manifest(store: ObjectStore) -> dict[str, Any] | None:
-    """The newest manifest under ``store``, None if there is none.  Manifests are immutable and
-    numbered without gaps, so once this process knows manifest N, one LIST of the keys from N on
-    tells whether N is still the newest (same ETag: a root deleted and created again is never
-    mistaken for the old one) and a GET is needed only for a manifest it has not read yet."""
-    known = _NEWEST.get(store.url)
-    if known is not None and known[1]:
-        listing = store.list(MANIFESTS, start_after=manifest_key(known[0] - 1))
-        newest = max((k for k in listing if manifest_number(k) is not None), default=None)
-        if newest == manifest_key(known[0]) and listing[newest][2] == known[1]:
-            return known[2]
-        if newest is not None and newest > manifest_key(known[0]):
-            try:
-                doc = _read(store, newest)
-            except FileNotFoundError:
-                doc = None  # superseded and deleted meanwhile: a full listing below
-            if doc is not None:
-                _NEWEST[store.url] = (int(doc["number"]), listing[newest][2], doc)
-                return doc
-    for _ in range(5):
-        listing = store.list(MANIFESTS)
-        numbers = sorted(n for k in listing if (n := manifest_number(k)) is not None)
-        if not numbers:
-            return None
-        key = manifest_key(numbers[-1])
-        try:
-            doc = _read(store, key)
-        except FileNotFoundError:
-            continue  # superseded and deleted since the listing: list again
-        _NEWEST[store.url] = (numbers[-1], listing[key][2], doc)
-        return doc
-    raise StorageError(f"{store.url}: the newest manifest keeps disappearing; is a sweeper misconfigured?")
-
-
-def remember_created(store: ObjectStore, raw: bytes, doc: dict[str, Any]) -> None:
-    """Note a manifest this process just created as the newest one it knows.  S3's ETag of a
-    single PUT is the MD5 of its bytes, so the next :func:`newest_manifest` needs no GET."""
-    _NEWEST[store.url] = (int(doc["number"]), f'"{hashlib.md5(raw).hexdigest()}"', doc)
-
-
-def is_newest_or_base(store: ObjectStore, n: int, token: str) -> bool:
-    """After creating manifest ``n`` with writer ``token``: true if it is the newest, or the base
-    of the next one (another writer built on it at once).  False if newer manifests exist that
-    do not descend from it: ``n`` filled a gap left by the deletion of a superseded manifest."""
-    newer = [k for k in store.list(MANIFESTS, start_after=manifest_key(n)) if manifest_number(k) is not None]
-    if not newer:
-        return True
-    first = min(newer)
+def parse_manifest_any(raw: bytes, where: str) -> dict[str, Any]:
+    """A format 1 manifest or an upgrade marker (see :func:`is_marker`)."""
     try:
-        nxt = _read(store, first)
-    except FileNotFoundError:
-        return False
-    return int(nxt["number"]) == n + 1 and nxt.get("base_writer") == token
+        doc = json.loads(raw)
+        if isinstance(doc, dict) and doc.get("format") == FORMAT and doc.get("version") == MARKER_VERSION:
+            int(doc["number"])
+            return dict(doc)
+    except (ValueError, KeyError, TypeError) as e:
+        raise CorruptMetadataError(f"{where}: corrupt manifest: {e}") from e
+    return parse_manifest(raw, where)
+
+
+def is_marker(doc: dict[str, Any]) -> bool:
+    return doc.get("version") == MARKER_VERSION and "moved_to" in doc
+
+
+def snapshot_from_v1(doc: dict[str, Any]) -> Snapshot:
+    """The state a format 1 manifest records."""
+    files: dict[str, Ref] = {}
+    for path, f in doc["files"].items():
+        data = inline_data(f)
+        files[str(path)] = (
+            Ref(len(data), data=data) if data is not None else Ref(int(f["size"]), key=str(f["key"]))
+        )
+    n = int(doc["number"])
+    return Snapshot(
+        number=n,
+        writer=str(doc.get("writer", "")),
+        files=files,
+        dirs={str(d) for d in doc["dirs"]},
+        garbage=garbage_of(doc),
+        retained_from=n + 1,
+        from_v1=True,
+    )
 
 
 __all__ = [
@@ -225,16 +211,16 @@ __all__ = [
     "inline_data",
     "inline_file",
     "is_direct",
-    "is_newest_or_base",
+    "is_marker",
     "is_upload_key",
     "manifest_key",
     "manifest_number",
+    "marker_document",
     "new_manifest",
-    "newest_manifest",
     "object_file",
     "parent",
     "parse_manifest",
-    "referenced_keys",
-    "remember_created",
+    "parse_manifest_any",
+    "snapshot_from_v1",
     "upload_key",
 ]

@@ -48,28 +48,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pylog.storage.backends import orphans
+from pylog.storage.backends import commitlog, orphans
 from pylog.storage.backends.fs import AppendFile, Storage
-from pylog.storage.backends.manifest import (
-    DIRECT,
-    MANIFESTS,
-    encode_manifest,
-    garbage_of,
-    holds_inline,
-    inline_data,
-    inline_file,
-    is_direct,
-    is_newest_or_base,
-    manifest_key,
-    new_manifest,
-    newest_manifest,
-    object_file,
-    parent,
-    remember_created,
-    upload_key,
-)
+from pylog.storage.backends.manifest import DIRECT, MANIFESTS, holds_inline, is_direct, parent, upload_key
 from pylog.storage.backends.objectstore import ObjectStore
 from pylog.storage.backends.reads import ObjectReader
+from pylog.storage.backends.snapshot import LOG, Ref, Snapshot
 from pylog.storage.errors import CommitConflictError, StorageError
 
 log = logging.getLogger("pylog.storage")
@@ -165,12 +149,12 @@ class ObjectStorage(Storage):
         self.step_hook: Callable[[str], None] | None = None
         self._lock = threading.RLock()
         self._reader = ObjectReader(store)
-        self.number = -1
+        self.snapshot = Snapshot()
+        self.mergers: dict[str, commitlog.Merger] = {}  # root files merged key by key on a race
+        self.rebases = 0  # commits re-based on other writers' (disjoint) commits
         self._confirmed_at = float("-inf")  # when the snapshot was last known to be the newest
-        self.writer_token = ""
         self._base: dict[str, _Entry] = {}
         self._base_dirs: set[str] = set()
-        self._garbage: list[tuple[str, int]] = []
         self._files: dict[str, _Entry] = {}
         self._dirs: set[str] = set()
         self._direct: dict[str, int] | None = None
@@ -189,13 +173,23 @@ class ObjectStorage(Storage):
         st = cls(ObjectStore(url, storage_options), read_only=read_only)
         if read_only and st.number < 0 and not st._load_kafka_dir():
             raise StorageError(
-                f"{url}: no pylog root here (no manifest under {MANIFESTS}); create one with a writer "
+                f"{url}: no pylog root here (no commit under {LOG} or manifest under {MANIFESTS}); "
+                "create one with a writer "
                 "(pylog create-topic, or a Spark write with the partitions option)"
             )
         return st
 
     def describe(self) -> str:
         return self.store.url
+
+    @property
+    def number(self) -> int:
+        """The version of the state this root sees (-1: none yet)."""
+        return self.snapshot.number
+
+    @property
+    def writer_token(self) -> str:
+        return self.snapshot.writer
 
     def _step(self, name: str) -> None:
         if self.step_hook is not None:
@@ -204,11 +198,13 @@ class ObjectStorage(Storage):
     # ------------------------------------------------------------------ manifests
 
     def refresh(self) -> None:
-        """Load the newest manifest and drop uncommitted changes."""
+        """Load the newest state and drop uncommitted changes."""
         with self._lock:
-            doc = self._newest()
-            self._load(doc)
-            if doc is None and self.kafka_dir:
+            started = time.monotonic()  # the answer is at least this fresh
+            snap = commitlog.resolve(self.store, self.snapshot, self._confirmed_at)
+            self._confirmed_at = started
+            self._load(snap or Snapshot())
+            if snap is None and self.kafka_dir:
                 self._load_kafka_dir()
 
     def refresh_snapshot(self) -> bool:
@@ -235,27 +231,11 @@ class ObjectStorage(Storage):
         self._reset_working()
         return True
 
-    def _newest(self) -> dict[str, Any] | None:
-        """The newest manifest (:func:`~pylog.storage.backends.manifest.newest_manifest`)."""
-        self._confirmed_at = time.monotonic()  # before the LIST: the answer is at least this fresh
-        return newest_manifest(self.store)
-
-    def _load(self, doc: dict[str, Any] | None) -> None:
-        self._base = {}
-        if doc is None:
-            self.number, self.writer_token, self._garbage, self._base_dirs = -1, "", [], set()
-        else:
-            self.number = int(doc["number"])
-            self.writer_token = str(doc.get("writer", ""))
-            for path, f in doc["files"].items():
-                data = inline_data(f)
-                if data is not None:
-                    self._base[path] = _Entry(len(data), data=data)
-                else:
-                    self._base[path] = _Entry(int(f["size"]), key=str(f["key"]))
-            self._base_dirs = {str(d) for d in doc["dirs"]}
-            self._garbage = garbage_of(doc)
-        self._reset_working()
+    def _load(self, snap: Snapshot, keep_deferred: bool = False) -> None:
+        self.snapshot = snap
+        self._base = {p: _Entry(r.size, key=r.key, data=r.data) for p, r in snap.files.items()}
+        self._base_dirs = set(snap.dirs)
+        self._reset_working(keep_deferred)
 
     def _reset_working(self, keep_deferred: bool = False) -> None:
         """Working tree = the manifest's; direct objects are listed again when needed."""
@@ -309,85 +289,64 @@ class ObjectStorage(Storage):
         if self.number < 0:
             orphans.check_empty_prefix(self.store)
         self.store.probe()
-        n = self.number + 1
         token = uuid.uuid4().hex
-        files: dict[str, dict[str, Any]] = {}
+        files: dict[str, Ref] = {}
         uploads: list[tuple[str, bytes]] = []
-        new_entries: dict[str, _Entry] = {}
-        for path in sorted(self._files):
-            e = self._files[path]
+        for path, e in self._files.items():
             if e.local:
                 data = bytes(e.data or b"")
                 if holds_inline(path, len(data)):
-                    files[path] = inline_file(data)
-                    new_entries[path] = _Entry(len(data), data=data)
+                    files[path] = Ref(len(data), data=data)
                 else:
                     key = upload_key(path, token)
                     uploads.append((key, data))
-                    files[path] = object_file(len(data), key)
-                    new_entries[path] = _Entry(len(data), key=key)
-            elif e.key is not None:
-                files[path] = object_file(e.size, e.key)
-                new_entries[path] = e
+                    files[path] = Ref(len(data), key=key)
             else:
-                files[path] = inline_file(e.data or b"")
-                new_entries[path] = e
+                base = self.snapshot.files.get(path)
+                files[path] = (
+                    base
+                    if base is not None
+                    else Ref(e.size, e.key, None if e.data is None else bytes(e.data))
+                )
         self._step("before-upload")
         uploaded_at = time.monotonic()
         self.store.put_many(uploads)
         self._step("uploaded")
-        referenced = {e.key for e in new_entries.values() if e.key}
-        dropped = sorted({e.key for e in self._base.values() if e.key and e.key not in referenced})
-        garbage = self._garbage + [(k, now) for k in dropped]
-        if self.number >= 0:
-            garbage.append((manifest_key(self.number), now))
-        delay = self.store.file_delete_delay_ms
-        due = [k for k, t in garbage if t + delay <= now]
-        keep = [(k, t) for k, t in garbage if t + delay > now]
-        doc = new_manifest(
-            n,
-            writer=token,
-            base_writer=self.writer_token,
-            time_ms=now,
-            files=files,
-            dirs=self._dirs,
-            garbage=keep,
-        )
-        raw = encode_manifest(doc)
-        if time.monotonic() - uploaded_at > self.orphan_grace_s() / 2:
-            # an orphan sweep may take these uploads for a crashed writer's: upload them again
-            with contextlib.suppress(Exception):
-                self.store.delete([k for k, _ in uploads])
-            raise CommitConflictError(f"{self.store.url}: commit {n} took too long; uploading again")
-        creating_at = time.monotonic()
-        created = self.store.create(manifest_key(n), raw)
-        # a manifest newer than the snapshot is deleted only a delete delay after it was itself
-        # superseded: with a snapshot confirmed more recently than half that, no gap is possible
-        stale = (time.monotonic() - self._confirmed_at) * 1000 >= self.store.file_delete_delay_ms / 2
-        if created and stale and not is_newest_or_base(self.store, n, token):
-            # manifest n had been superseded *and* deleted (older than the delete delay) while
-            # this root's snapshot was older still: readers resolve the newest one, so this
-            # commit would never be seen, and its garbage is referenced by newer manifests
-            with contextlib.suppress(Exception):
-                self.store.delete([manifest_key(n)])
-            created = False
-        if not created:
-            self._step("conflict")
-            with contextlib.suppress(Exception):
-                self.store.delete([k for k, _ in uploads])
-            raise CommitConflictError(
-                f"{self.store.url}: manifest {n} was created by another writer meanwhile"
+        try:
+            if time.monotonic() - uploaded_at > self.orphan_grace_s() / 2:
+                # an orphan sweep may take these uploads for a crashed writer's: upload them again
+                raise CommitConflictError(
+                    f"{self.store.url}: commit {self.number + 1} took too long; uploading again"
+                )
+            done = commitlog.publish(
+                self.store,
+                self.snapshot,
+                files,
+                set(self._dirs),
+                token=token,
+                now=now,
+                confirmed_at=self._confirmed_at,
+                mergers=self.mergers,
+                read=self._read_ref,
+                step=self._step,
             )
-        self._step("manifest-created")
-        self._confirmed_at = creating_at  # n did not exist before: it was the newest then
-        remember_created(self.store, raw, doc)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.store.delete([k for k, _ in uploads])
+            raise
+        self._confirmed_at = time.monotonic()
+        self.rebases += done.rebased
         self._reader.remember(uploads)
-        self.number, self.writer_token = n, token
-        self._base, self._base_dirs, self._garbage = new_entries, set(self._dirs), keep
-        self._reset_working(keep_deferred=True)
-        self._run_deferred(due)
+        self._load(done.snapshot, keep_deferred=True)
+        self._run_deferred(done.due)
         self._step("committed")
         return True
+
+    def _read_ref(self, ref: Ref) -> bytes:
+        if ref.data is not None:
+            return ref.data
+        assert ref.key is not None
+        return self._reader.read(ref.key, ref.size, 0, ref.size)
 
     def _run_deferred(self, extra: list[str] | None = None) -> None:
         keys = [DIRECT + p for p in self._deferred] + list(extra or [])
@@ -414,7 +373,7 @@ class ObjectStorage(Storage):
         # judged against the newest manifest, read without touching this root's snapshot: counting
         # it as a confirmation (``_newest``) would let the next commit skip its gap check
         swept = orphans.sweep_orphans(
-            self.store, lambda: newest_manifest(self.store), None if now_ms is None else now_ms / 1000.0
+            self.store, lambda: commitlog.resolve(self.store), None if now_ms is None else now_ms / 1000.0
         )
         if swept is None:
             return 0
@@ -485,14 +444,24 @@ class ObjectStorage(Storage):
         names: set[str] = set()
         with self._lock:
             candidates = list(self._files) + list(self._dirs)
-        if path == "" or path in self._dirs:
-            if path == "" and not self.in_transaction:
-                self._direct = None  # consumer offsets: written by other roots at any time
+        if path == "":  # consumer offsets: written by other roots at any time
+            if not self.in_transaction:
+                self._direct = None
             candidates += [p for p in self._direct_listing() if p not in self._deferred]
         for p in candidates:
             if p.startswith(prefix) and p != path:
                 names.add(p[len(prefix) :].split("/", 1)[0])
         return sorted(names)
+
+    def listdir_staged(self, path: str) -> list[str]:
+        """Staged objects under ``path`` (one LIST of the direct objects per transaction)."""
+        path = self.check_relative(path)
+        prefix = f"{path}/"
+        return sorted(
+            p[len(prefix) :]
+            for p in self._direct_listing()
+            if p.startswith(prefix) and "/" not in p[len(prefix) :] and p not in self._deferred
+        )
 
     def makedirs(self, path: str) -> None:
         path = self.check_relative(path)

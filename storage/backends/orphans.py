@@ -5,13 +5,15 @@ the sweep only has to find what no commit will ever delete: uploads of writers t
 lost a race before deleting them, and garbage whose deletion failed.  :func:`sweep_orphans`
 
 1. takes the current time, then lists every object under the root's prefix;
-2. only then resolves the *newest* manifest (never the sweeping root's own snapshot, which may
-   be older); if there is no manifest it stops there, deleting and aborting nothing;
+2. only then resolves the *newest* state (never the sweeping root's own snapshot, which may be
+   older); if there is none it stops there, deleting and aborting nothing;
 3. deletes every listed object that is at least :func:`orphan_grace_s` old (by its modification
-   time on the server) and that the newest manifest neither maps a file to nor lists in its
-   ``garbage``, except direct objects (``_pylog/direct/``), the newest manifest itself, newer
-   manifests, and other keys under ``_pylog/manifests/`` not named like a manifest.  Older
-   manifests are deleted like any object (a commit normally deletes them through ``garbage``);
+   time on the server) and that the newest state neither maps a file to nor lists in its
+   ``garbage`` nor retains as a checkpoint, except direct objects (``_pylog/direct/``), the
+   hint, commits from the oldest one the state retains on, checkpoints and manifests numbered
+   at or above the state's, the format 1 marker of an upgraded root, and other keys under
+   ``_pylog/`` not named like what pylog writes there.  Older commits, checkpoints and manifests
+   are deleted like any object (commits normally delete them through ``garbage``);
 4. on S3, aborts the multipart uploads under the prefix begun at least the grace ago (a writer
    that died in the middle of a large upload leaves an invisible, billed upload behind).
 
@@ -30,10 +32,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
-from pylog.storage.backends.manifest import DIRECT, MANIFESTS, is_upload_key, manifest_number, referenced_keys
+from pylog.storage.backends.manifest import DIRECT, MANIFESTS, is_upload_key, manifest_number
 from pylog.storage.backends.objectstore import PROBES, ObjectStore
+from pylog.storage.backends.snapshot import CHECKPOINTS, HINT, LOG, Snapshot, checkpoint_number, commit_number
 from pylog.storage.errors import StorageError
 
 ORPHAN_GRACE_S = 3600.0
@@ -46,30 +48,41 @@ def orphan_grace_s(store: ObjectStore) -> float:
 
 
 def sweep_orphans(
-    store: ObjectStore, newest: Callable[[], dict[str, Any] | None], now_s: float | None = None
+    store: ObjectStore, newest: Callable[[], Snapshot | None], now_s: float | None = None
 ) -> tuple[int, int] | None:
-    """Sweep ``store`` (see the module doc); ``newest`` resolves its newest manifest.  Returns
+    """Sweep ``store`` (see the module doc); ``newest`` resolves its newest state.  Returns
     how many objects were deleted and how many multipart uploads were aborted, or None when
     there is no manifest (nothing is touched then)."""
     now = time.time() if now_s is None else now_s
     grace = orphan_grace_s(store)
     listing = store.list("")
-    doc = newest()  # after the listing: what is committed meanwhile is referenced or too young
-    if doc is None:
+    snap = newest()  # after the listing: what is committed meanwhile is referenced or too young
+    if snap is None:
         return None
-    newest_number = int(doc["number"])
-    referenced = referenced_keys(doc)
+    referenced = snap.keys()
     doomed = []
     for key, (_, mtime, _) in listing.items():
-        if key in referenced or key.startswith(DIRECT) or now - mtime < grace:
+        if key in referenced or key.startswith(DIRECT) or key == HINT or now - mtime < grace:
             continue
-        if key.startswith(MANIFESTS):
-            num = manifest_number(key)
-            if num is None or num >= newest_number:
-                continue
+        if key.startswith("_pylog/") and not _sweepable(key, snap):
+            continue
         doomed.append(key)
     store.delete(doomed)
     return len(doomed), store.abort_stale_uploads(grace, now)
+
+
+def _sweepable(key: str, snap: Snapshot) -> bool:
+    """Whether a key under ``_pylog/`` that ``snap`` does not reference may be swept."""
+    if key.startswith(LOG):
+        num = commit_number(key)
+        return num is not None and num < snap.retained_from and not snap.from_v1
+    if key.startswith(CHECKPOINTS):
+        num = checkpoint_number(key)
+        return num is not None and num < snap.number and not snap.from_v1
+    if key.startswith(MANIFESTS):
+        num = manifest_number(key)
+        return num is not None and num < snap.number and num != snap.v1_marker
+    return key.startswith(PROBES)
 
 
 def check_empty_prefix(store: ObjectStore) -> None:

@@ -41,6 +41,7 @@ from pylog.storage.partition.loader import Recovery
 from pylog.storage.partition.log import AppendInfo, Log
 from pylog.storage.root import publish as pub
 from pylog.storage.root import reading, writer
+from pylog.storage.root.merging import MERGERS
 from pylog.storage.root.metadata import MAX_PARTITIONS, TopicMetadata, partition_count, partition_dir
 from pylog.storage.root.routing import Router
 from pylog.storage.root.schema import TABLE_SCHEMA
@@ -653,12 +654,14 @@ def open_root(
     ``lock_timeout`` > 0 waits that many seconds for another writer to finish.
 
     Object stores (``s3://bucket/prefix``, any fsspec filesystem with put-if-absent): every
-    change is published atomically by a versioned manifest; concurrent writers are safe.
+    change is published atomically by one commit of the root's commit log; concurrent writers
+    are safe (one that loses a race to a writer of other partitions re-bases its commit).
     ``storage_options`` go to fsspec (``endpoint_url``, ``key``, ``secret``,
     ``client_kwargs.region_name``, ``anon``...), plus pylog's ``pylog.*`` settings."""
     text = os.fspath(path)
     if is_object_url(text):
         storage = ObjectStorage.open(text, dict(storage_options or {}), read_only=read_only)
+        storage.mergers = dict(MERGERS)  # a race with a writer of other partitions is re-based
         return Root(storage, read_only=read_only, lock_timeout=lock_timeout)
     if storage_options:
         raise ConfigError(

@@ -49,7 +49,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from pylog.storage.backends.fs import Storage
+from pylog.storage.backends.fs import STAGE_PREFIX, Storage
 from pylog.storage.errors import CorruptMetadataError, PylogError
 from pylog.storage.partition import staging
 from pylog.storage.partition.log import AppendInfo, Log
@@ -57,7 +57,6 @@ from pylog.storage.partition.staging import StagedSegment
 from pylog.storage.root.metadata import partition_dir, root_step
 
 STATE_FILE = "pylog-state.json"
-STAGE_PREFIX = ".pylog-stage."
 _SINK_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 
@@ -318,7 +317,7 @@ def sweep_staged(
     removed = 0
     for topic, p in partitions:
         d = partition_dir(topic, p)
-        for name in storage.listdir(d):
+        for name in storage.listdir_staged(d):
             parsed = parse_stage_name(name)
             if not parsed:
                 continue

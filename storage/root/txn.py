@@ -4,9 +4,10 @@ On local disk a change of a root is made durable step by step with Kafka's mecha
 :meth:`Transactions.transaction` just runs the function.  On an object store every public
 operation that changes the root (``create_topic``, ``append``, ``publish``, maintenance...) runs
 as one transaction: its file changes collect in :class:`~pylog.storage.backends.objectfs.ObjectStorage`'s
-working tree, the logs it wrote are sealed (an object is never appended to), and one manifest
-commit publishes everything.  A commit that loses the race to another writer loads the newest
-state and runs the operation again; an operation that raises publishes nothing.
+working tree, the logs it wrote are sealed once larger than ``INLINE_MAX`` (an object is never
+appended to; a small active segment stays inline in the state), and one commit publishes
+everything.  A commit that loses the race to another writer of the same partitions loads the
+newest state and runs the operation again; an operation that raises publishes nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from pylog.storage.backends.manifest import INLINE_MAX
 from pylog.storage.backends.objectfs import ObjectStorage
 from pylog.storage.errors import CommitConflictError, PylogError
 from pylog.storage.root import publish as pub
@@ -104,8 +106,10 @@ class Transactions:
     def _commit_transaction(self, st: ObjectStorage) -> None:
         if self._writer is not None:
             for lg in self._logs.values():
-                if not lg.read_only and lg._failed is None and lg.active.size > 0:
-                    lg.roll()  # objects are never appended to: seal what this commit wrote
+                if not lg.read_only and lg._failed is None and lg.active.size > INLINE_MAX:
+                    # objects are never appended to: seal what will be uploaded (a smaller
+                    # active segment stays inline in the state; the next commit extends it)
+                    lg.roll()
             for lg in self._logs.values():
                 lg.close()
             self.checkpoint()

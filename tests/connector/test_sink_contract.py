@@ -35,8 +35,7 @@ def staged_files(backend: Backend) -> list[str]:
         return [
             name
             for p in range(r.partitions("t"))
-            for name in r.storage.listdir(f"t-{p}")
-            if name.startswith(".pylog-stage")
+            for name in r.storage.listdir_staged(f"t-{p}")
         ]
 
 

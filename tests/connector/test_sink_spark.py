@@ -141,7 +141,7 @@ def test_failed_task_leaves_nothing_and_the_retry_lands_once(
         else:
             assert q.exception() is None, q.exception()
     with backend.open(read_only=True) as r:  # staged files: partition files or objects beside them
-        staged = [n for p in range(2) for n in r.storage.listdir(f"t-{p}") if n.startswith(".pylog-stage")]
+        staged = [n for p in range(2) for n in r.storage.listdir_staged(f"t-{p}")]
     assert staged == []  # the failed attempt's leftovers were swept
     vals = values_in(backend)
     assert sorted(vals) == sorted(f"v{i}".encode() for i in range(40))

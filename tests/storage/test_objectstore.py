@@ -1,15 +1,14 @@
 """Object-store specifics (storage/backends/: objectfs, manifest, orphans, objectstore) on moto's S3 server.
 
-What a local root has no equivalent of: versioned manifests (one per commit, none for a
-no-op), reader snapshots, ranged GETs, merging the small segments that per-commit sealing
-leaves, the delete delay of superseded objects, the orphan sweep, storage options and
+What a local root has no equivalent of: the commit log (one commit per change, none for a
+no-op; more in test_commitlog.py), reader snapshots, ranged GETs, merging the small segments
+that sealed commits leave, the delete delay of superseded objects, the orphan sweep, storage options and
 credentials, and the put-if-absent probe.  Faults (server restarts, racing writers, lost
 responses, crashes at each commit step) are in test_objectstore_faults.py; behaviour shared with
 local roots is in the ``backend``-parametrized tests of the other modules."""
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
@@ -22,12 +21,14 @@ import pytest
 import pylog
 from pylog.cli import main
 from pylog.storage.backends import objectstore
-from pylog.storage.backends.manifest import MANIFESTS, manifest_key
+from pylog.storage.backends.commitlog import CHECKPOINT_INTERVAL
+from pylog.storage.backends.manifest import MANIFESTS
 from pylog.storage.backends.objectstore import (
     ConditionalWritesUnsupportedError,
     ObjectStore,
     ObjectStoreError,
 )
+from pylog.storage.backends.snapshot import LOG, Snapshot, commit_key, commit_number
 from pylog.storage.errors import ConfigError, PylogError, StorageError
 from pylog.storage.maintenance.runner import maintain
 from pylog.storage.root.consumers import read_consumer_offsets, write_consumer_offsets
@@ -60,14 +61,13 @@ def keys(backend: Backend, prefix: str = "") -> dict[str, int]:
     return {p[len(base) + 1 :]: int(info["size"]) for p, info in found.items()}
 
 
-def manifest_numbers(backend: Backend) -> list[int]:
-    return sorted(int(k[len(MANIFESTS) : -len(".json")]) for k in keys(backend, MANIFESTS))
+def commit_numbers(backend: Backend) -> list[int]:
+    return sorted(n for k in keys(backend, LOG) if (n := commit_number(k)) is not None)
 
 
-def newest_manifest(backend: Backend) -> dict[str, Any]:
-    n = manifest_numbers(backend)[-1]
-    base = backend.url[len("s3://") :]
-    return dict(json.loads(client(backend).cat_file(f"{base}/{manifest_key(n)}")))
+def newest_state(backend: Backend) -> Snapshot:
+    with backend.open(read_only=True) as reader:
+        return reader.storage.snapshot
 
 
 def cold_cache() -> None:
@@ -97,19 +97,19 @@ def now_ms() -> int:
 # ------------------------------------------------------------------ manifests
 
 
-def test_one_manifest_per_commit_and_none_for_a_no_op(s3_backend: Backend) -> None:
+def test_one_commit_per_change_and_none_for_a_no_op(s3_backend: Backend) -> None:
     from tests.storage.test_publish import stage
 
     root = s3_backend.open()
-    assert manifest_numbers(s3_backend) == [] and root.commits == 0
+    assert commit_numbers(s3_backend) == [] and root.commits == 0
     expected = 0
 
     def committed(n: int) -> None:
         nonlocal expected
         expected += n
         assert root.commits == expected
-        assert manifest_numbers(s3_backend) == list(range(expected))  # 0, 1, ... one per commit
-        assert newest_manifest(s3_backend)["number"] == expected - 1 == root.storage.number
+        assert commit_numbers(s3_backend) == list(range(expected))  # 0, 1, ... one per commit
+        assert newest_state(s3_backend).number == expected - 1 == root.storage.number
 
     root.create_topic("t", partitions=2)
     committed(1)
@@ -122,8 +122,8 @@ def test_one_manifest_per_commit_and_none_for_a_no_op(s3_backend: Backend) -> No
     assert root.publish("q", 0, [stage(root, "t", 2, "q", 0, 0, [b"c"])]) is not None
     committed(1)
     root.create_topic("c", config={"cleanup.policy": "compact"})
-    for i in range(3):
-        root.append("c", [b"v%d" % i], key=[b"same"])
+    for i in range(3):  # each larger than INLINE_MAX: sealed, so the cleaner may clean it
+        root.append("c", [b"v%d" % i + b"x" * 5000], key=[b"same"])
     committed(4)
     report = maintain(root, now=now_ms())  # compaction and merging: one commit for the whole run
     assert report.records_removed == 2
@@ -156,8 +156,8 @@ def test_readers_keep_their_snapshot_until_they_reopen(s3_backend: Backend) -> N
     first = next(batches)
 
     writer.append("t", [b"w%03d" % i for i in range(50)], key=[b"j%d" % i for i in range(50)])  # both parts
-    for i in range(8):  # then small commits, merged away: the reader's segments are superseded
-        writer.append("t", [b"x%d" % i], partition=0)
+    for i in range(8):  # then sealed commits, merged away: the reader's segments are superseded
+        writer.append("t", [b"x%d" % i + b"x" * 5000], partition=0)
     assert maintain(writer, now=now_ms()).segments_merged > 0
     cold_cache()
 
@@ -216,10 +216,10 @@ def test_reading_a_few_records_of_a_large_partition_uses_ranged_gets(
 def test_maintenance_merges_the_small_segments_of_small_commits(s3_backend: Backend, policy: str) -> None:
     root = s3_backend.open()
     root.create_topic("t", config={"cleanup.policy": policy, "segment.bytes": str(1 << 20)})
-    for i in range(30):  # 30 small commits: each seals a small segment
+    for i in range(30):  # 30 commits of 6 KiB: each seals a small segment
         root.append(
             "t",
-            [b"value-%02d-%d" % (i, j) for j in range(3)],
+            [b"value-%02d-%d-" % (i, j) + b"x" * 2000 for j in range(3)],
             key=[b"key-%02d-%d" % (i, j) for j in range(3)],
             timestamp=T0 + i,
             headers=[[("h", b"%d" % i)]] * 3,
@@ -249,28 +249,31 @@ def test_superseded_objects_are_deleted_after_the_delay(s3_backend: Backend) -> 
     backend = with_options(s3_backend, **{"pylog.file_delete_delay_ms": str(delay_ms)})
     root = backend.open()
     root.create_topic("t")
-    for i in range(8):
-        root.append("t", [b"v%d" % i], partition=0)
+    for i in range(8):  # each larger than what stays inline in the state: a segment object each
+        root.append("t", [b"v%d" % i + b"x" * 5000], partition=0)
+    for i in range(CHECKPOINT_INTERVAL * 2):  # two checkpoints: the commits before the first go
+        root.append("t", [b"w%d" % i], partition=0)
     data = everything(root)
     small = segment_objects(backend)
     assert len(small) == 8
-    old_manifests = {manifest_key(n) for n in manifest_numbers(backend)}
+    old_commits = {commit_key(n) for n in range(newest_state(backend).checkpoints[0].number + 1)}
+    assert old_commits and old_commits <= set(keys(backend))
     reader = backend.open(read_only=True)  # reads the small segments
 
     assert maintain(root, now=now_ms()).segments_merged == 7
     merged_at = time.monotonic()
     present = set(keys(backend))
-    assert small <= present and old_manifests <= present  # superseded, not yet deleted
-    garbage = {k for k, _ in newest_manifest(backend)["garbage"]}
-    assert small | old_manifests <= garbage
+    assert small <= present and old_commits <= present  # superseded, not yet deleted
+    garbage = {k for k, _ in newest_state(backend).garbage}
+    assert small | old_commits <= garbage
     cold_cache()
     assert everything(reader).equals(data)  # a reader of the old manifest finishes its work
 
     time.sleep(max(0.0, delay_ms / 1000 + 0.2 - (time.monotonic() - merged_at)))
     root.append("t", [b"late"], partition=0)  # the next commit deletes what is due
     present = set(keys(backend))
-    assert not (small & present) and not (old_manifests & present)
-    assert segment_objects(backend) and manifest_numbers(backend)[-1] == root.storage.number
+    assert not (small & present) and not (old_commits & present)
+    assert segment_objects(backend) and commit_numbers(backend)[-1] == root.storage.number
     cold_cache()
     with backend.open(read_only=True) as fresh:
         assert everything(fresh).column("value").to_pylist() == [*data.column("value").to_pylist(), b"late"]
@@ -333,7 +336,7 @@ def test_unknown_and_bad_pylog_options_are_refused(s3_backend: Backend) -> None:
         pylog.open(s3_backend.url, {**s3_backend.options, "pylog.file_delete_delay_ms": "-1"})
     with pytest.raises(ConfigError, match="apply to object-store URLs"):
         pylog.open("/tmp/somewhere", {"pylog.retry_timeout_s": "1"})
-    assert manifest_numbers(s3_backend) == []
+    assert commit_numbers(s3_backend) == []
 
 
 def _assert_no_secret(exc: BaseException) -> None:
@@ -412,7 +415,10 @@ def test_numeric_storage_options_given_as_strings(
 
 
 def test_read_only_open_of_a_url_without_a_root(s3_backend: Backend) -> None:
-    with pytest.raises(StorageError, match=r"no pylog root here \(no manifest under _pylog/manifests/\)"):
+    with pytest.raises(
+        StorageError,
+        match=r"no pylog root here \(no commit under _pylog/log/ or manifest under _pylog/manifests/\)",
+    ):
         s3_backend.open(read_only=True)
     root = s3_backend.open()  # a writer may open it: its first commit creates the root
     assert root.topics() == [] and root.storage.number == -1
@@ -445,7 +451,7 @@ def test_a_store_ignoring_conditional_creates_is_refused(monkeypatch: pytest.Mon
         assert root.topics() == [] and root.commits == 0
         with pytest.raises(ConditionalWritesUnsupportedError):
             root.create_topic("t")  # refused again: not one manifest is ever written
-        assert not [p for p in fs.find(blind[len("memory://") :]) if MANIFESTS in p]
+        assert not [p for p in fs.find(blind[len("memory://") :]) if MANIFESTS in p or LOG in p]
         with pytest.raises(StorageError, match="no pylog root here"):
             pylog.open(blind, read_only=True)
     finally:

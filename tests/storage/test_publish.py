@@ -53,7 +53,7 @@ def values_of(where: Path | Backend, topic: str = "t") -> list[bytes]:
 def staged_names(backend: Backend, directory: str) -> set[str]:
     """Staged files a new reader finds in a partition directory."""
     with backend.open(read_only=True) as r:
-        return {n for n in r.storage.listdir(directory) if n.startswith(pub.STAGE_PREFIX)}
+        return set(r.storage.listdir_staged(directory))
 
 
 @pytest.fixture

@@ -1,0 +1,387 @@
+"""Finding and extending the newest state of a root on an object store (format 2).
+
+**Reading.**  Commit numbers have no gaps and a commit object is created with put-if-absent, so
+a process that knows state N learns about N+1, N+2... by GETting them until one is missing: when
+nothing changed, one small GET and no LIST.  A process that knows nothing (or whose knowledge is
+older than half ``pylog.file_delete_delay_ms``, after which old commit objects may have been
+deleted) starts from the checkpoint named by the hint object (two GETs) and catches up from
+there.  Only when the hint is missing or does not match its checkpoint (a crash between the two,
+a hand-edited root) and for roots still in format 1 are the keys LISTed.
+
+**Committing** state N+1 on a snapshot N (:func:`publish`):
+
+1. every :data:`CHECKPOINT_INTERVAL` commits (and at the first one) the whole new state is
+   uploaded as a checkpoint under a key of its own (never trusted until step 2 names it);
+2. commit N+1 is created with put-if-absent: the commit point;
+3. after a checkpoint, the hint is overwritten (only a hint: readers verify what it names).
+
+A writer that loses the race reads the commits that won and, if they touched none of the
+topic-partitions it changed (root files with a three-way merge function - high watermarks,
+Kafka's checkpoint files, topic metadata - are merged key by key), re-bases its change on them
+and tries the next number; only a real overlap makes the whole operation run again.
+
+**Deleting.**  Commits and checkpoints are never deleted while a reader may start from them:
+when checkpoint C2 is written after C1, the commits up to C1 and the checkpoint before C1 go to
+``garbage`` and are deleted a delete delay later; the commits after C1 stay.
+
+Roots of format 1 (one manifest listing every file, ``_pylog/manifests/<N>.json``) are read as
+before and upgraded by their first commit: it creates manifest N+1 as a *marker* that older
+pylog versions refuse to read (so they stop writing), then checkpoint and commit N+1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from pylog.storage.backends.manifest import (
+    MANIFESTS,
+    is_marker,
+    manifest_key,
+    manifest_number,
+    marker_document,
+    parse_manifest_any,
+    snapshot_from_v1,
+)
+from pylog.storage.backends.objectstore import ObjectStore
+from pylog.storage.backends.snapshot import (
+    CHECKPOINTS,
+    HINT,
+    LOG,
+    Change,
+    CheckpointRef,
+    Ref,
+    Snapshot,
+    apply,
+    check_version,
+    checkpoint_key,
+    checkpoint_number,
+    checkpoint_ref,
+    commit_key,
+    commit_number,
+    diff,
+    dropped_keys,
+    encode_checkpoint,
+    encode_commit,
+    encode_hint,
+    parse_checkpoint,
+    parse_commit,
+    parse_hint,
+)
+from pylog.storage.errors import CommitConflictError, CorruptMetadataError, UnsupportedFormatError
+
+log = logging.getLogger("pylog.storage")
+
+CHECKPOINT_INTERVAL = 20
+"""A checkpoint of the whole state is written every this many commits."""
+
+REBASES = 8
+"""How often one commit is re-based on winners of the race before the operation runs again."""
+
+Merger = Callable[[bytes | None, bytes | None, bytes | None, set[str]], bytes | None]
+"""Three-way merge of a root file: (base, ours, theirs, units this commit touches) -> merged
+bytes, or None when the changes overlap."""
+
+_KNOWN: dict[str, tuple[Snapshot, float]] = {}
+"""Per URL, the newest state this process has read or written and when it was confirmed newest
+(``time.monotonic``)."""
+_KNOWN_LOCK = threading.Lock()
+
+
+class _Diverged(Exception):
+    """A commit that does not follow the state it should (a root deleted and created again)."""
+
+
+def _get(store: ObjectStore, key: str) -> bytes | None:
+    try:
+        return store.get(key)
+    except FileNotFoundError:
+        return None
+
+
+def remember(store: ObjectStore, snap: Snapshot, confirmed_at: float) -> None:
+    with _KNOWN_LOCK:
+        old = _KNOWN.get(store.url)
+        if old is None or old[0].number <= snap.number:
+            _KNOWN[store.url] = (snap, confirmed_at)
+
+
+def forget(store: ObjectStore) -> None:
+    with _KNOWN_LOCK:
+        _KNOWN.pop(store.url, None)
+
+
+# ---------------------------------------------------------------------- reading
+
+
+def _walk(store: ObjectStore, snap: Snapshot, changes: list[Change] | None = None) -> Snapshot:
+    """``snap`` with every commit after it applied (GETs until one is missing)."""
+    while True:
+        key = commit_key(snap.number + 1)
+        raw = _get(store, key)
+        if raw is None:
+            return snap
+        c = parse_commit(raw, f"{store.url}/{key}", snap)
+        if c.number != snap.number + 1 or c.base_writer != snap.writer:
+            raise _Diverged(key)
+        if changes is not None:
+            changes.append(c.change)
+        nxt = apply(snap, c.change, c.number, c.writer)
+        if snap.from_v1:
+            nxt.v1_marker = c.number
+        snap = nxt
+
+
+def _from_hint(store: ObjectStore) -> Snapshot | None:
+    """The checkpoint the hint names; None when there is no usable hint."""
+    raw = _get(store, HINT)
+    if raw is None:
+        return None
+    try:
+        ref = parse_hint(raw, f"{store.url}/{HINT}")
+        data = store.get(ref.key)
+        return parse_checkpoint(data, ref, f"{store.url}/{ref.key}")
+    except UnsupportedFormatError:
+        raise
+    except (CorruptMetadataError, FileNotFoundError) as e:
+        log.warning("%s: the checkpoint hint is unusable (%s); listing the commit log instead", store.url, e)
+        return None
+
+
+def _from_listing(store: ObjectStore) -> Snapshot | None:
+    """The newest state found by LISTing the commit log (or, for a format 1 root, its manifests)."""
+    commits = sorted(n for k in store.list(LOG) if (n := commit_number(k)) is not None)
+    if commits:
+        listed = store.list(CHECKPOINTS)
+        by_number: dict[int, list[str]] = {}
+        for k in listed:
+            n = checkpoint_number(k)
+            if n is not None and n <= commits[-1]:
+                by_number.setdefault(n, []).append(k)
+        for n in sorted(by_number, reverse=True):
+            raw = _get(store, commit_key(n))
+            if raw is None:
+                continue
+            ref = _commit_checkpoint(raw, f"{store.url}/{commit_key(n)}")
+            if ref is None or ref.key not in by_number[n]:
+                continue  # uploaded by a writer that lost its race (or crashed): never trusted
+            try:
+                snap = parse_checkpoint(store.get(ref.key), ref, f"{store.url}/{ref.key}")
+            except (CorruptMetadataError, FileNotFoundError) as e:
+                log.warning("%s: skipping checkpoint %d (%s)", store.url, n, e)
+                continue
+            return _walk(store, snap)
+        raise CorruptMetadataError(
+            f"{store.url}: the commit log ({LOG}, commits {commits[0]}..{commits[-1]}) has no readable "
+            f"checkpoint under {CHECKPOINTS}; the root cannot be read"
+        )
+    manifests = sorted(
+        ((n, k) for k in store.list(MANIFESTS) if (n := manifest_number(k)) is not None), reverse=True
+    )
+    for _, k in manifests:
+        raw = _get(store, k)
+        if raw is None:
+            continue  # superseded and deleted since the listing
+        doc = parse_manifest_any(raw, f"{store.url}/{k}")
+        if is_marker(doc):
+            continue  # an upgrade that never committed (it created no commit: listed above)
+        return snapshot_from_v1(doc)
+    return None
+
+
+def _commit_checkpoint(raw: bytes, where: str) -> CheckpointRef | None:
+    """The checkpoint a commit document names, without resolving the rest of it."""
+    try:
+        doc = check_version(json.loads(raw), "pylog-commit", where)
+        ck = doc.get("checkpoint")
+        return None if ck is None else CheckpointRef.from_json(ck)
+    except (ValueError, KeyError, TypeError) as e:
+        log.warning("%s: unreadable commit (%s)", where, e)
+        return None
+
+
+def resolve(
+    store: ObjectStore, known: Snapshot | None = None, confirmed_at: float = float("-inf")
+) -> Snapshot | None:
+    """The newest state of the root under ``store`` (None if it has none), starting from what
+    ``known`` (confirmed newest at ``confirmed_at``) or this process already knows."""
+    started = time.monotonic()
+    with _KNOWN_LOCK:
+        cached = _KNOWN.get(store.url)
+    if cached is not None and (known is None or cached[0].number >= known.number):
+        known, confirmed_at = cached
+    snap: Snapshot | None = None
+    if known is not None and known.number >= 0 and not known.from_v1:
+        fresh = (started - confirmed_at) * 1000 < store.file_delete_delay_ms / 2
+        start: Snapshot | None = known
+        if not fresh:  # old commits may be gone: the hint tells whether checkpoints passed us
+            hinted = _from_hint(store)
+            start = None if hinted is None else (hinted if hinted.number > known.number else known)
+        if start is not None:
+            with contextlib.suppress(_Diverged):
+                snap = _walk(store, start)
+    if snap is None:
+        try:
+            hinted = _from_hint(store)
+            snap = _walk(store, hinted) if hinted is not None else _from_listing(store)
+        except _Diverged:
+            snap = _from_listing(store)
+    if snap is None:
+        forget(store)
+    else:
+        remember(store, snap, started)
+    return snap
+
+
+# ---------------------------------------------------------------------- committing
+
+
+@dataclass
+class Published:
+    snapshot: Snapshot
+    due: list[str]  # garbage this commit dropped: delete it now
+    rebased: int  # how often the change was re-based on other writers' commits
+
+
+def _conflict(store: ObjectStore, n: int, why: str) -> CommitConflictError:
+    return CommitConflictError(f"{store.url}: commit {n} was created by another writer meanwhile ({why})")
+
+
+def _rebase(
+    store: ObjectStore,
+    base: Snapshot,
+    ours: Change,
+    mergers: dict[str, Merger],
+    read: Callable[[Ref], bytes],
+) -> Snapshot:
+    """The state of the winners of a race, with ``ours`` made applicable to it (changed in
+    place: merged root files); CommitConflictError when the changes overlap."""
+    winners: list[Change] = []
+    try:
+        newest = _walk(store, base, winners)
+    except _Diverged as e:
+        raise _conflict(store, base.number + 1, f"{e} does not follow this state") from None
+    if not winners:
+        raise _conflict(store, base.number + 1, "but it is gone now")
+    theirs: set[str] = set().union(*(w.units() for w in winners))
+    mine = ours.units()
+    for unit in theirs:
+        if unit in mine and unit not in mergers:
+            raise _conflict(store, base.number + 1, f"it changed {unit!r} too")
+        merge = mergers.get(unit)
+        if merge is None:
+            continue
+        b = base.files.get(unit)
+        t = newest.files.get(unit)
+        o = ours.put.get(unit) if unit in ours.put else (None if unit in ours.delete else b)
+        merged = merge(
+            None if b is None else read(b),
+            None if o is None else read(o),
+            None if t is None else read(t),
+            mine,
+        )
+        if merged is None:
+            raise _conflict(store, base.number + 1, f"its change of {unit!r} overlaps this one's")
+        if unit in mine:
+            ours.put[unit] = Ref(len(merged), data=merged)
+            ours.appended.pop(unit, None)
+            ours.delete.discard(unit)
+    return newest
+
+
+def publish(
+    store: ObjectStore,
+    base: Snapshot,
+    files: dict[str, Ref],
+    dirs: set[str],
+    *,
+    token: str,
+    now: int,
+    confirmed_at: float,
+    mergers: dict[str, Merger] | None = None,
+    read: Callable[[Ref], bytes],
+    step: Callable[[str], None] = lambda _: None,
+) -> Published:
+    """Commit the tree ``files``/``dirs`` (whose objects are uploaded) as the state after
+    ``base``; see the module doc.  Raises CommitConflictError when another writer's change
+    overlaps."""
+    ours = diff(base, files, dirs)
+    dropped = dropped_keys(base, ours)
+    delay = store.file_delete_delay_ms
+    if (time.monotonic() - confirmed_at) * 1000 >= delay / 2 and not base.from_v1:
+        # commits newer than our state may have been deleted since it was confirmed: never
+        # create a number that was used before
+        newest = resolve(store, base, confirmed_at)
+        if newest is None or newest.number != base.number or newest.writer != base.writer:
+            raise _conflict(store, base.number + 1, "this root's state was older than half the delete delay")
+    for rebased in range(REBASES + 1):
+        n = base.number + 1
+        ch = replace(
+            ours,
+            put=dict(ours.put),
+            appended=dict(ours.appended),
+            garbage_add=[(k, now) for k in dropped],
+            garbage_delete={k for k, t in base.garbage if t + delay <= now},
+        )
+        if base.from_v1 and base.number >= 0:
+            ch.garbage_add.append((manifest_key(base.number), now))
+        ckpt_key = None
+        if not base.checkpoints or n - base.checkpoints[-1].number >= CHECKPOINT_INTERVAL:
+            if base.checkpoints:
+                prev = base.checkpoints[-1]
+                ch.garbage_add += [(commit_key(i), now) for i in range(base.retained_from, prev.number + 1)]
+                ch.garbage_add += [(c.key, now) for c in base.checkpoints[:-1]]
+                ch.retained_from = prev.number + 1
+            else:
+                ch.retained_from = n
+            state = apply(base, ch, n, token)
+            state.checkpoints = base.checkpoints[-1:]
+            state.v1_marker = n if base.from_v1 and base.number >= 0 else base.v1_marker
+            raw_ckpt = encode_checkpoint(state, now)
+            ckpt_key = checkpoint_key(n, token)
+            store.put(ckpt_key, raw_ckpt)
+            ch.checkpoint = checkpoint_ref(n, ckpt_key, raw_ckpt)
+            step("checkpoint-uploaded")
+        if base.from_v1 and base.number >= 0:
+            marker = marker_document(n)
+            if not store.create(manifest_key(n), marker):
+                existing = _get(store, manifest_key(n))
+                if existing is None or not is_marker(parse_manifest_any(existing, manifest_key(n))):
+                    _drop(store, ckpt_key)
+                    raise _conflict(store, n, f"a format 1 writer created manifest {n}")
+        raw = encode_commit(n, token, base.writer, now, ch)
+        creating_at = time.monotonic()
+        if store.create(commit_key(n), raw):
+            step("manifest-created")
+            new = apply(base, ch, n, token)
+            if base.from_v1 and base.number >= 0:
+                new.v1_marker = n
+            remember(store, new, creating_at)
+            if ch.checkpoint is not None:
+                try:
+                    store.put(HINT, encode_hint(ch.checkpoint))
+                    step("hint-written")
+                except Exception as e:  # only a hint: readers find the checkpoint without it
+                    log.warning("%s: could not write the checkpoint hint (%s)", store.url, e)
+            return Published(new, sorted(ch.garbage_delete), rebased)
+        step("conflict")
+        _drop(store, ckpt_key)
+        if base.from_v1:
+            raise _conflict(store, n, "while upgrading the root from format 1")
+        base = _rebase(store, base, ours, mergers or {}, read)
+        log.info("%s: commit %d lost its race; re-based on commit %d", store.url, n, base.number)
+    raise _conflict(store, base.number, f"re-based {REBASES} times")
+
+
+def _drop(store: ObjectStore, key: str | None) -> None:
+    if key is not None:
+        with contextlib.suppress(Exception):
+            store.delete([key])
+
+
+__all__ = ["CHECKPOINT_INTERVAL", "Merger", "Published", "forget", "publish", "remember", "resolve"]
