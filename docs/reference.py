@@ -194,8 +194,8 @@ STORAGE_DOCS: dict[str, tuple[str, str]] = {
     ),
     "pylog.file_delete_delay_ms": (
         "`60000`",
-        "how long objects superseded by a commit (older manifests, replaced segments) are kept before a "
-        "later commit deletes them, so that readers of an older snapshot can finish",
+        "how long objects superseded by a commit (old commits and checkpoints, replaced segments) are "
+        "kept before a later commit deletes them, so that readers of an older snapshot can finish",
     ),
     "pylog.read_ahead_bytes": (
         "`8388608` (8 MiB)",

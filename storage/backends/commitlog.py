@@ -290,6 +290,7 @@ def _rebase(
         if unit in mine:
             ours.put[unit] = Ref(len(merged), data=merged)
             ours.appended.pop(unit, None)
+            ours.patches.pop(unit, None)
             ours.delete.discard(unit)
     return newest
 
@@ -325,6 +326,7 @@ def publish(
             ours,
             put=dict(ours.put),
             appended=dict(ours.appended),
+            patches=dict(ours.patches),
             garbage_add=[(k, now) for k in dropped],
             garbage_delete={k for k, t in base.garbage if t + delay <= now},
         )

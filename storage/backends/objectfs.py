@@ -152,6 +152,7 @@ class ObjectStorage(Storage):
         self.snapshot = Snapshot()
         self.mergers: dict[str, commitlog.Merger] = {}  # root files merged key by key on a race
         self.rebases = 0  # commits re-based on other writers' (disjoint) commits
+        self.conflicts = 0  # commits that lost to an overlapping one (the operation runs again)
         self._confirmed_at = float("-inf")  # when the snapshot was last known to be the newest
         self._base: dict[str, _Entry] = {}
         self._base_dirs: set[str] = set()
@@ -330,7 +331,8 @@ class ObjectStorage(Storage):
                 read=self._read_ref,
                 step=self._step,
             )
-        except BaseException:
+        except BaseException as e:
+            self.conflicts += isinstance(e, CommitConflictError)
             with contextlib.suppress(Exception):
                 self.store.delete([k for k, _ in uploads])
             raise

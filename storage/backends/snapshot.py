@@ -15,7 +15,9 @@ Commit N (``"format": "pylog-commit"``)::
      "base_writer": "<token of commit N-1>", "time_ms": 1767225600000,
      "put":    {"<path>": {"size": 123, "key": "<object key>"}     an uploaded file
                          | {"inline": "<base64>"}                   a small file, whole
-                         | {"at": 4096, "append": "<base64>"}},     bytes added to an inline file
+                         | {"at": 4096, "append": "<base64>"}      bytes added to an inline file
+                         | {"patch": [[i, j, "<base64>"], ...]}},  lines i..j of an inline file
+                                                                   replaced (metadata files)
      "delete": ["<path>", ...], "dirs_add": [...], "dirs_delete": [...],
      "garbage_add": [["<key>", <time_ms superseded>], ...], "garbage_delete": ["<key>", ...],
      "checkpoint": {"number": N, "key": "...", "size": 4711, "sha256": "..."} | null,
@@ -33,6 +35,7 @@ A reader of this version refuses a document of a newer version with
 from __future__ import annotations
 
 import base64
+import difflib
 import hashlib
 import json
 from collections.abc import Iterable
@@ -143,6 +146,7 @@ class Change:
 
     put: dict[str, Ref] = field(default_factory=dict)
     appended: dict[str, int] = field(default_factory=dict)  # put paths extending inline bytes: at
+    patches: dict[str, list[tuple[int, int, bytes]]] = field(default_factory=dict)  # line edits
     delete: set[str] = field(default_factory=set)
     dirs_add: set[str] = field(default_factory=set)
     dirs_delete: set[str] = field(default_factory=set)
@@ -172,10 +176,36 @@ def diff(base: Snapshot, files: dict[str, Ref], dirs: set[str]) -> Change:
             n = len(old.data)
             if len(ref.data) > n and ref.data[:n] == old.data:
                 ch.appended[path] = n
+            elif "/" not in path:
+                edits = line_edits(old.data, ref.data)
+                if sum(len(b) + 16 for _, _, b in edits) < len(ref.data):
+                    ch.patches[path] = edits
     ch.delete = {p for p in base.files if p not in files}
     ch.dirs_add = dirs - base.dirs
     ch.dirs_delete = base.dirs - dirs
     return ch
+
+
+def line_edits(old: bytes, new: bytes) -> list[tuple[int, int, bytes]]:
+    """Edits that turn the lines of ``old`` into ``new``: (first line, end line, new bytes), in
+    order, line numbers of ``old`` (metadata files at the root change a few lines per commit)."""
+    a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    ops = difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+    return [(i1, i2, b"".join(b[j1:j2])) for tag, i1, i2, j1, j2 in ops if tag != "equal"]
+
+
+def apply_edits(old: bytes, edits: list[tuple[int, int, bytes]]) -> bytes:
+    lines = old.splitlines(keepends=True)
+    out: list[bytes] = []
+    pos = 0
+    for i, j, data in edits:
+        if not pos <= i <= j <= len(lines):
+            raise ValueError(f"line edit {i}..{j} outside the {len(lines)} lines of the file")
+        out.extend(lines[pos:i])
+        out.append(data)
+        pos = j
+    out.extend(lines[pos:])
+    return b"".join(out)
 
 
 def dropped_keys(base: Snapshot, ch: Change) -> list[str]:
@@ -257,8 +287,11 @@ def encode_commit(number: int, writer: str, base_writer: str, time_ms: int, ch: 
     for path in sorted(ch.put):
         ref = ch.put[path]
         at = ch.appended.get(path)
+        edits = ch.patches.get(path)
         if at is not None and ref.data is not None:
             put[path] = {"at": at, "append": _b64(ref.data[at:])}
+        elif edits is not None:
+            put[path] = {"patch": [[i, j, _b64(b)] for i, j, b in edits]}
         else:
             put[path] = ref_json(ref)
     doc = {
@@ -303,6 +336,14 @@ def parse_commit(raw: bytes, where: str, base: Snapshot) -> Commit:
                 data = old.data + base64.b64decode(d["append"], validate=True)
                 ch.put[path] = Ref(len(data), data=data)
                 ch.appended[path] = at
+            elif "patch" in d:
+                old = base.files.get(path)
+                if old is None or old.data is None:
+                    raise ValueError(f"patches {path!r}, which the state before does not hold inline")
+                edits = [(int(i), int(j), base64.b64decode(b, validate=True)) for i, j, b in d["patch"]]
+                data = apply_edits(old.data, edits)
+                ch.put[path] = Ref(len(data), data=data)
+                ch.patches[path] = edits
             else:
                 ch.put[path] = ref_from_json(d)
         ch.delete = {str(p) for p in doc["delete"]}
@@ -394,6 +435,7 @@ __all__ = [
     "Ref",
     "Snapshot",
     "apply",
+    "apply_edits",
     "check_version",
     "checkpoint_key",
     "checkpoint_number",
@@ -405,6 +447,7 @@ __all__ = [
     "encode_checkpoint",
     "encode_commit",
     "encode_hint",
+    "line_edits",
     "parse_checkpoint",
     "parse_commit",
     "parse_hint",
