@@ -95,9 +95,11 @@ def start_server() -> tuple[Any, dict[str, str]]:
     return server, opts
 
 
-def object_count(url: str, opts: dict[str, str]) -> int:
-    store = ObjectStore(url, opts)
-    return len(store.list(""))
+def object_count(url: str, opts: dict[str, str]) -> dict[str, int]:
+    """Objects under the root: metadata (commits, checkpoints, hint) and data (segments, indexes)."""
+    keys = ObjectStore(url, opts).list("")
+    meta = sum(1 for k in keys if k.startswith("_pylog/"))
+    return {"metadata": meta, "data": len(keys) - meta}
 
 
 def storage_of(root: Root) -> ObjectStorage:
@@ -126,7 +128,7 @@ def run_commits(opts: dict[str, str], partitions: int, commits: int) -> dict[str
     st = storage_of(root)
     counts = st.store.requests.counts
     rows: list[dict[str, float]] = []
-    objects: dict[int, int] = {}
+    objects: dict[int, dict[str, int]] = {}
     for i in range(commits):
         keys = [b"key-%d" % k for k in rng.integers(0, 100_000, size=8)]
         values = [b"value-%d-" % i + b"x" * 90 for _ in range(8)]

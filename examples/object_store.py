@@ -10,7 +10,7 @@ client (AWS_ACCESS_KEY_ID..., a profile, an instance role) and other storage opt
 client_kwargs.region_name...) from PYLOG_STORAGE_OPTIONS (JSON), as for the pylog CLI.
 
 Creates a topic, appends keyed orders in many small commits, reads them back (and a snapshot
-reader), lists the objects (manifests, immutable segment objects), runs maintenance (small
+reader), lists the objects (commits, checkpoints, immutable segment objects), runs maintenance (small
 segments merged, superseded objects deleted), prints the Spark options and runs
 ``pylog describe`` on the same URL.  Secrets are never printed.
 """
@@ -30,8 +30,8 @@ from typing import Any
 import pyarrow as pa
 
 import pylog
-from pylog.storage.backends.manifest import MANIFESTS
 from pylog.storage.backends.objectstore import is_object_url, redact, split_options
+from pylog.storage.backends.snapshot import CHECKPOINTS, LOG
 from pylog.storage.maintenance.runner import maintain
 
 
@@ -78,7 +78,8 @@ def orders(first: int, n: int) -> pa.Table:
     return pa.table(
         {
             "key": [b"customer-%d" % (i % 7) for i in ids],
-            "value": [b'{"order": %d, "amount": %d}' % (i, 10 + i % 90) for i in ids],
+            "value": [b'{"order": %d, "amount": %d, "note": "%s"}' % (i, 10 + i % 90, b"x" * 640)
+                      for i in ids],
         }
     )
 
@@ -100,14 +101,14 @@ def main() -> None:
     where = "" if secret else ", credentials from the environment"
     print(f"root {url}, storage options {redact(options)}{where}")
 
-    commits, n = 24, 10
+    commits, n = 24, 20
     with pylog.open(url, options) as root:
         root.create_topic("orders", partitions=3, config={"file.delete.delay.ms": 0})
         root.append("orders", orders(0, n))
-        snapshot = pylog.open(url, options, read_only=True)  # sees the newest manifest when opened
-        for i in range(1, commits):  # many small appends: each is one manifest commit
+        snapshot = pylog.open(url, options, read_only=True)  # sees the newest state when opened
+        for i in range(1, commits):  # many small appends: each is one commit of the commit log
             root.append("orders", orders(i * n, n))
-        print(f"appended {commits * n} orders in {commits} commits ({root.commits} manifests published)")
+        print(f"appended {commits * n} orders in {commits} commits ({root.commits} commits published)")
         table = root.read_table("orders")
         counts = {r["partition"]: r["offset_count"] for r in table.group_by("partition")
                   .aggregate([("offset", "count")]).to_pylist()}
@@ -119,14 +120,16 @@ def main() -> None:
         print(f"a reader opened after the first commit: {seen} records, {now_seen} after refresh()")
 
     fs, base, before = listing(url, options)
-    manifests = sorted(k for k in before if k.startswith(MANIFESTS))
+    commit_log = sorted(k for k in before if k.startswith(LOG))
+    checkpoints = sorted(k for k in before if k.startswith(CHECKPOINTS))
     segments = sorted(k for k in before if ".log." in k)
-    newest = json.loads(fs.cat_file(f"{base}/{manifests[-1]}"))
-    print(f"\n{len(before)} objects under {url}/: {len(manifests)} manifests, {len(segments)} segments")
-    for key in [*manifests[-2:], *segments[:3]]:
+    newest = json.loads(fs.cat_file(f"{base}/{commit_log[-1]}"))
+    print(f"\n{len(before)} objects under {url}/: {len(commit_log)} commits, {len(checkpoints)} checkpoints, "
+          f"{len(segments)} segments")
+    for key in [*commit_log[-2:], *checkpoints[-1:], *segments[:3]]:
         print(f"  {key}  ({before[key]:,} bytes)")
-    print(f"  ...\nmanifest {newest['number']} maps {len(newest['files'])} files (small ones inline) and "
-          f"lists {len(newest['garbage'])} superseded objects, kept for pylog.file_delete_delay_ms")
+    print(f"  ...\ncommit {newest['number']} changed {len(newest['put'])} files (small ones inline, appended "
+          "in place); superseded objects are kept for pylog.file_delete_delay_ms")
 
     # maintenance merges runs of small segments (batches copied byte for byte, offsets unchanged);
     # the delete delay is 0 here to see superseded objects go now rather than a minute later

@@ -93,10 +93,6 @@ _KNOWN: dict[str, tuple[Snapshot, float]] = {}
 _KNOWN_LOCK = threading.Lock()
 
 
-class _Diverged(Exception):
-    """A commit that does not follow the state it should (a root deleted and created again)."""
-
-
 def _get(store: ObjectStore, key: str) -> bytes | None:
     try:
         return store.get(key)
@@ -119,8 +115,9 @@ def forget(store: ObjectStore) -> None:
 # ---------------------------------------------------------------------- reading
 
 
-def _walk(store: ObjectStore, snap: Snapshot, changes: list[Change] | None = None) -> Snapshot:
-    """``snap`` with every commit after it applied (GETs until one is missing)."""
+def _walk(store: ObjectStore, snap: Snapshot, changes: list[Change] | None = None) -> Snapshot | None:
+    """``snap`` with every commit after it applied (GETs until one is missing); None when a
+    commit does not follow the state before it (a root deleted and created again)."""
     while True:
         key = commit_key(snap.number + 1)
         raw = _get(store, key)
@@ -128,7 +125,10 @@ def _walk(store: ObjectStore, snap: Snapshot, changes: list[Change] | None = Non
             return snap
         c = parse_commit(raw, f"{store.url}/{key}", snap)
         if c.number != snap.number + 1 or c.base_writer != snap.writer:
-            raise _Diverged(key)
+            log.info(
+                "%s/%s does not follow the state this process knew; reading the root afresh", store.url, key
+            )
+            return None
         if changes is not None:
             changes.append(c.change)
         nxt = apply(snap, c.change, c.number, c.writer)
@@ -175,7 +175,9 @@ def _from_listing(store: ObjectStore) -> Snapshot | None:
             except (CorruptMetadataError, FileNotFoundError) as e:
                 log.warning("%s: skipping checkpoint %d (%s)", store.url, n, e)
                 continue
-            return _walk(store, snap)
+            walked = _walk(store, snap)
+            if walked is not None:
+                return walked
         raise CorruptMetadataError(
             f"{store.url}: the commit log ({LOG}, commits {commits[0]}..{commits[-1]}) has no readable "
             f"checkpoint under {CHECKPOINTS}; the root cannot be read"
@@ -223,13 +225,11 @@ def resolve(
             hinted = _from_hint(store)
             start = None if hinted is None else (hinted if hinted.number > known.number else known)
         if start is not None:
-            with contextlib.suppress(_Diverged):
-                snap = _walk(store, start)
+            snap = _walk(store, start)
     if snap is None:
-        try:
-            hinted = _from_hint(store)
-            snap = _walk(store, hinted) if hinted is not None else _from_listing(store)
-        except _Diverged:
+        hinted = _from_hint(store)
+        snap = _walk(store, hinted) if hinted is not None else None
+        if snap is None:
             snap = _from_listing(store)
     if snap is None:
         forget(store)
@@ -262,10 +262,9 @@ def _rebase(
     """The state of the winners of a race, with ``ours`` made applicable to it (changed in
     place: merged root files); CommitConflictError when the changes overlap."""
     winners: list[Change] = []
-    try:
-        newest = _walk(store, base, winners)
-    except _Diverged as e:
-        raise _conflict(store, base.number + 1, f"{e} does not follow this state") from None
+    newest = _walk(store, base, winners)
+    if newest is None:
+        raise _conflict(store, base.number + 1, "it does not follow this state")
     if not winners:
         raise _conflict(store, base.number + 1, "but it is gone now")
     theirs: set[str] = set().union(*(w.units() for w in winners))
@@ -317,8 +316,8 @@ def publish(
     if (time.monotonic() - confirmed_at) * 1000 >= delay / 2 and not base.from_v1:
         # commits newer than our state may have been deleted since it was confirmed: never
         # create a number that was used before
-        newest = resolve(store, base, confirmed_at)
-        if newest is None or newest.number != base.number or newest.writer != base.writer:
+        newest = resolve(store, base, confirmed_at) or Snapshot()
+        if newest.number != base.number or newest.writer != base.writer:
             raise _conflict(store, base.number + 1, "this root's state was older than half the delete delay")
     for rebased in range(REBASES + 1):
         n = base.number + 1
@@ -356,6 +355,9 @@ def publish(
                 if existing is None or not is_marker(parse_manifest_any(existing, manifest_key(n))):
                     _drop(store, ckpt_key)
                     raise _conflict(store, n, f"a format 1 writer created manifest {n}")
+        due_now = [k for k, t in ch.garbage_add if t + delay <= now]  # a delete delay of 0
+        if due_now:
+            ch.garbage_add = [(k, t) for k, t in ch.garbage_add if t + delay > now]
         raw = encode_commit(n, token, base.writer, now, ch)
         creating_at = time.monotonic()
         if store.create(commit_key(n), raw):
@@ -370,7 +372,7 @@ def publish(
                     step("hint-written")
                 except Exception as e:  # only a hint: readers find the checkpoint without it
                     log.warning("%s: could not write the checkpoint hint (%s)", store.url, e)
-            return Published(new, sorted(ch.garbage_delete), rebased)
+            return Published(new, sorted(ch.garbage_delete) + due_now, rebased)
         step("conflict")
         _drop(store, ckpt_key)
         if base.from_v1:

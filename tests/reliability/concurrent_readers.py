@@ -172,14 +172,15 @@ class _Run:
         self.fig.appended += n
 
     def writer(self, root: Root) -> None:
-        """Appends, with a cycle of changes between them: rolls (local disk; an object store
-        seals a segment at every commit), merges of small segments, retention, compaction."""
+        """Appends, with a cycle of changes between them: rolls (on an object store a commit
+        seals only segments larger than INLINE_MAX), merges of small segments, retention,
+        compaction."""
         step = 0
         while not self.stop.is_set():
             self.append(root)
             step += 1
             if step % 4 in (1, 2) and self.roll:
-                root.writable_log(TOPIC, 0).roll()  # small segments for the merges
+                root.transaction(lambda: root.writable_log(TOPIC, 0).roll())  # small segments to merge
                 self.fig.rolls += 1
             elif step % 8 == 3:
                 self.fig.merges += root.transaction(
@@ -359,7 +360,7 @@ def run(
         seconds=seconds,
         seed=seed,
         retention=retention,
-        roll="://" not in url,
+        roll=True,
         readers=readers,
         fetch_bytes=fetch_bytes,
         spark_options=spark,

@@ -73,7 +73,10 @@ def test_reader_loop_beside_compaction_retention_and_merges(
     assert fig.reads >= 20 and fig.records_read > 0
     assert fig.compaction_passes > 0 and fig.merges > 0, fig.as_dict()
     assert fig.retention_deletes > 0 or not backend.is_local, fig.as_dict()
-    assert fig.relistings > 0  # the writer did change files under the readers
+    # the writer did change files under the readers; on an object store the segments of these
+    # small appends stay under INLINE_MAX, inline in each reader's snapshot, so a reader never has
+    # to list again there (test_a_reader_slower_than_the_delete_delay... covers that path)
+    assert fig.relistings > 0 or not backend.is_local, fig.as_dict()
 
 
 def _as_other_processes(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -341,7 +344,7 @@ def test_a_reader_slower_than_the_delete_delay_gets_a_clear_error(
     ``pylog.file_delete_delay_ms``): the reader cannot read them and says why, naming the
     delay, instead of skipping them."""
     options = dict(backend.options)
-    config = {**CONFIG, "cleanup.policy": "delete"}
+    config = {**CONFIG, "cleanup.policy": "delete", "segment.bytes": 16384}
     if delay == "0":
         config["file.delete.delay.ms"] = 0
         if not backend.is_local:
@@ -351,11 +354,13 @@ def test_a_reader_slower_than_the_delete_delay_gets_a_clear_error(
     writer = pylog.open(backend.url, options or None)
     writer.create_topic(T, 1, config)
     writer.transaction(  # (one commit on an object store)
-        lambda: [writer.append(T, [f"v{i}-{j}".encode() for j in range(3)], partition=0) for i in range(40)]
+        lambda: [  # each batch over INLINE_MAX: a segment object each on an object store
+            writer.append(T, [f"v{i}-{j}-".encode() + b"." * 1500 for j in range(3)], partition=0) for i in range(40)
+        ]
     )
     reader = pylog.open(backend.url, options or None, read_only=True)
     lg = reader.log(T, 0)
-    writer.alter_config(T, {"retention.bytes": 1000})
+    writer.alter_config(T, {"retention.bytes": 20_000})
     report = maintain(writer, now=now_ms())
     assert report.segments_deleted > 0
     if delay == "0":

@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from pylog.storage.backends import commitlog
 from pylog.storage.backends.objectfs import ObjectStorage
 from pylog.storage.backends.snapshot import LOG
 from pylog.storage.maintenance.runner import maintain
@@ -227,8 +228,14 @@ def _stage(root: Root, sink: str, batch_id: int, parts: dict[int, pa.Table], att
     return staged
 
 
-@pytest.mark.parametrize("step", ["before-upload", "uploaded", "manifest-created", "committed"])
-def test_writer_killed_at_each_step_of_a_commit(s3_backend: Backend, step: str) -> None:
+STEPS = ["before-upload", "uploaded", "checkpoint-uploaded", "manifest-created", "hint-written", "committed"]
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_writer_killed_at_each_step_of_a_commit(
+    s3_backend: Backend, step: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(commitlog, "CHECKPOINT_INTERVAL", 1)  # every commit writes a checkpoint
     root = s3_backend.open()
     root.create_topic("t", 2)
     root.append("t", batch("old", 4), partition=1)
@@ -242,8 +249,9 @@ def test_writer_killed_at_each_step_of_a_commit(s3_backend: Backend, step: str) 
     root.storage.step_hook = hook
     with pytest.raises(Crash):
         root.publish("q", 7, staged)
-    # the process is gone: a new one opens the root
-    visible = step in ("manifest-created", "committed")
+    # the process is gone: a new one opens the root (knowing nothing of it)
+    commitlog.forget(root.storage.store)
+    visible = step in ("manifest-created", "hint-written", "committed")
     with s3_backend.open(read_only=True) as r:
         got = sorted(values(r))
         old = [b"old-0", b"old-1", b"old-2", b"old-3"]
