@@ -355,7 +355,8 @@ def test_a_reader_slower_than_the_delete_delay_gets_a_clear_error(
     writer.create_topic(T, 1, config)
     writer.transaction(  # (one commit on an object store)
         lambda: [  # each batch over INLINE_MAX: a segment object each on an object store
-            writer.append(T, [f"v{i}-{j}-".encode() + b"." * 1500 for j in range(3)], partition=0) for i in range(40)
+            writer.append(T, [f"v{i}-{j}-".encode() + b"." * 1500 for j in range(3)], partition=0)
+            for i in range(40)
         ]
     )
     reader = pylog.open(backend.url, options or None, read_only=True)
