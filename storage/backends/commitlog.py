@@ -78,7 +78,19 @@ from pylog.storage.errors import CommitConflictError, CorruptMetadataError, Unsu
 log = logging.getLogger("pylog.storage")
 
 CHECKPOINT_INTERVAL = 20
-"""A checkpoint of the whole state is written every this many commits."""
+"""A checkpoint of the whole state is written at most every this many commits..."""
+
+CHECKPOINT_BYTES_RATIO = 4
+"""...and once the commits since the last one add up to 1/this of its size: a checkpoint then
+costs each commit at most about this many times its own bytes, however large the state grows
+(and a process that knows nothing reads at most the commits since, in concurrent windows)."""
+
+
+def _checkpoint_due(base: Snapshot, n: int) -> bool:
+    if not base.checkpoints:
+        return True
+    last = base.checkpoints[-1]
+    return n - last.number >= CHECKPOINT_INTERVAL and base.log_bytes * CHECKPOINT_BYTES_RATIO >= last.size
 
 REBASES = 8
 """How often one commit is re-based on winners of the race before the operation runs again."""
@@ -115,26 +127,39 @@ def forget(store: ObjectStore) -> None:
 # ---------------------------------------------------------------------- reading
 
 
+WALK_WINDOW = 16
+"""At most this many commits are fetched at once when catching up (the first is fetched alone:
+when nothing changed, that is the only request)."""
+
+
 def _walk(store: ObjectStore, snap: Snapshot, changes: list[Change] | None = None) -> Snapshot | None:
-    """``snap`` with every commit after it applied (GETs until one is missing); None when a
-    commit does not follow the state before it (a root deleted and created again)."""
+    """``snap`` with every commit after it applied (GETs until one is missing; after the first
+    found, in concurrent windows of up to :data:`WALK_WINDOW`); None when a commit does not
+    follow the state before it (a root deleted and created again)."""
+    window = 1
     while True:
-        key = commit_key(snap.number + 1)
-        raw = _get(store, key)
-        if raw is None:
-            return snap
-        c = parse_commit(raw, f"{store.url}/{key}", snap)
-        if c.number != snap.number + 1 or c.base_writer != snap.writer:
-            log.info(
-                "%s/%s does not follow the state this process knew; reading the root afresh", store.url, key
-            )
-            return None
-        if changes is not None:
-            changes.append(c.change)
-        nxt = apply(snap, c.change, c.number, c.writer)
-        if snap.from_v1:
-            nxt.v1_marker = c.number
-        snap = nxt
+        keys = [commit_key(snap.number + 1 + i) for i in range(window)]
+        got = store.get_many(keys)
+        for key in keys:
+            raw = got[key]
+            if raw is None:
+                return snap
+            c = parse_commit(raw, f"{store.url}/{key}", snap)
+            if c.number != snap.number + 1 or c.base_writer != snap.writer:
+                log.info(
+                    "%s/%s does not follow the state this process knew; reading the root afresh",
+                    store.url,
+                    key,
+                )
+                return None
+            if changes is not None:
+                changes.append(c.change)
+            nxt = apply(snap, c.change, c.number, c.writer)
+            nxt.log_bytes = 0 if c.change.checkpoint is not None else snap.log_bytes + len(raw)
+            if snap.from_v1:
+                nxt.v1_marker = c.number
+            snap = nxt
+        window = min(window * 2, WALK_WINDOW)
 
 
 def _from_hint(store: ObjectStore) -> Snapshot | None:
@@ -332,7 +357,7 @@ def publish(
         if base.from_v1 and base.number >= 0:
             ch.garbage_add.append((manifest_key(base.number), now))
         ckpt_key = None
-        if not base.checkpoints or n - base.checkpoints[-1].number >= CHECKPOINT_INTERVAL:
+        if _checkpoint_due(base, n):
             if base.checkpoints:
                 prev = base.checkpoints[-1]
                 ch.garbage_add += [(commit_key(i), now) for i in range(base.retained_from, prev.number + 1)]
@@ -363,6 +388,7 @@ def publish(
         if store.create(commit_key(n), raw):
             step("manifest-created")
             new = apply(base, ch, n, token)
+            new.log_bytes = 0 if ch.checkpoint is not None else base.log_bytes + len(raw)
             if base.from_v1 and base.number >= 0:
                 new.v1_marker = n
             remember(store, new, creating_at)

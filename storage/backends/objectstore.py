@@ -282,6 +282,31 @@ class ObjectStore:
             raise FileNotFoundError(f"{self.url}/{key}: no such object") from e
         return bytes(data)
 
+    def get_many(self, keys: list[str]) -> dict[str, bytes | None]:
+        """Whole objects, fetched concurrently (one GET each); None for a missing one."""
+        if len(keys) == 1:
+            try:
+                return {keys[0]: self.get(keys[0])}
+            except FileNotFoundError:
+                return {keys[0]: None}
+        self.requests.add("get", len(keys))
+        paths = {self.path(k): k for k in keys}
+
+        def fetch() -> dict[str, bytes | None]:
+            got = self.fs.cat(list(paths), on_error="return")
+            out: dict[str, bytes | None] = {}
+            for p, k in paths.items():
+                v = got.get(p, got.get(p.lstrip("/")))
+                if isinstance(v, FileNotFoundError) or v is None:
+                    out[k] = None
+                elif isinstance(v, BaseException):
+                    raise v  # retried when transient
+                else:
+                    out[k] = bytes(v)
+            return out
+
+        return self._retry("read", keys[0], fetch)
+
     def remember(self, key: str, data: bytes) -> None:
         """Put an object this process just wrote into the cache (it is what readers ask next)."""
         _CACHE.put((self.url, key), data)

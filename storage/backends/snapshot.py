@@ -122,6 +122,7 @@ class Snapshot:
     retained_from: int = 0  # the oldest commit object not yet scheduled for deletion
     v1_marker: int | None = None  # an upgraded root: the number of its version-1 marker
     from_v1: bool = False  # the state of a version-1 manifest (no commit log yet)
+    log_bytes: int = 0  # bytes of the commits since the newest checkpoint
 
     def copy(self) -> Snapshot:
         return replace(
