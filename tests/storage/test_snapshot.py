@@ -89,7 +89,7 @@ def test_an_append_to_a_state_that_does_not_hold_the_file_is_corrupt() -> None:
     raw = encode_commit(7, "w7", "w6", 1, diff(base, files, base.dirs))
     other = _base()
     other.files["t-0/0.log"] = Ref(3, data=b"AAA")
-    with pytest.raises(CorruptMetadataError, match=r"commit 7: corrupt commit: appends to 't-0/0\.log' at 300"):
+    with pytest.raises(CorruptMetadataError, match=r"corrupt commit: appends to 't-0/0\.log' at 300"):
         parse_commit(raw, "commit 7", other)
 
 
