@@ -10,8 +10,8 @@ a hand-edited root) and for roots still in format 1 are the keys LISTed.
 
 **Committing** state N+1 on a snapshot N (:func:`publish`):
 
-1. every :data:`CHECKPOINT_INTERVAL` commits (and at the first one) the whole new state is
-   uploaded as a checkpoint under a key of its own (never trusted until step 2 names it);
+1. at the first commit, and then when :func:`_checkpoint_due`, the whole new state is uploaded
+   as a checkpoint under a key of its own (never trusted until step 2 names it);
 2. commit N+1 is created with put-if-absent: the commit point;
 3. after a checkpoint, the hint is overwritten (only a hint: readers verify what it names).
 
@@ -80,7 +80,7 @@ log = logging.getLogger("pylog.storage")
 CHECKPOINT_INTERVAL = 20
 """A checkpoint of the whole state is written at most every this many commits..."""
 
-CHECKPOINT_BYTES_RATIO = 4
+CHECKPOINT_BYTES_RATIO = 2
 """...and once the commits since the last one add up to 1/this of its size: a checkpoint then
 costs each commit at most about this many times its own bytes, however large the state grows
 (and a process that knows nothing reads at most the commits since, in concurrent windows)."""
@@ -127,16 +127,17 @@ def forget(store: ObjectStore) -> None:
 # ---------------------------------------------------------------------- reading
 
 
-WALK_WINDOW = 16
+WALK_WINDOW = 32
 """At most this many commits are fetched at once when catching up (the first is fetched alone:
 when nothing changed, that is the only request)."""
 
 
-def _walk(store: ObjectStore, snap: Snapshot, changes: list[Change] | None = None) -> Snapshot | None:
+def _walk(
+    store: ObjectStore, snap: Snapshot, changes: list[Change] | None = None, window: int = 1
+) -> Snapshot | None:
     """``snap`` with every commit after it applied (GETs until one is missing; after the first
     found, in concurrent windows of up to :data:`WALK_WINDOW`); None when a commit does not
     follow the state before it (a root deleted and created again)."""
-    window = 1
     while True:
         keys = [commit_key(snap.number + 1 + i) for i in range(window)]
         got = store.get_many(keys)
@@ -248,7 +249,13 @@ def resolve(
         start: Snapshot | None = known
         if not fresh:  # old commits may be gone: the hint tells whether checkpoints passed us
             hinted = _from_hint(store)
-            start = None if hinted is None else (hinted if hinted.number > known.number else known)
+            start = None
+            if hinted is not None:
+                ours = {c.key for c in known.checkpoints}
+                # a hinted checkpoint older than our state that we never saw: another root now
+                # lives at this URL (deleted and created again): start from its checkpoint
+                passed = hinted.number > known.number or hinted.checkpoints[-1].key not in ours
+                start = hinted if passed else known
         if start is not None:
             snap = _walk(store, start)
     if snap is None:
@@ -287,7 +294,7 @@ def _rebase(
     """The state of the winners of a race, with ``ours`` made applicable to it (changed in
     place: merged root files); CommitConflictError when the changes overlap."""
     winners: list[Change] = []
-    newest = _walk(store, base, winners)
+    newest = _walk(store, base, winners, window=4)  # one exists: fetch a few at once
     if newest is None:
         raise _conflict(store, base.number + 1, "it does not follow this state")
     if not winners:

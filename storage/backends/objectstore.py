@@ -293,11 +293,10 @@ class ObjectStore:
         paths = {self.path(k): k for k in keys}
 
         def fetch() -> dict[str, bytes | None]:
-            got = self.fs.cat(list(paths), on_error="return")
+            results = self._cat_files(list(paths))
             out: dict[str, bytes | None] = {}
-            for p, k in paths.items():
-                v = got.get(p, got.get(p.lstrip("/")))
-                if isinstance(v, FileNotFoundError) or v is None:
+            for (_, k), v in zip(paths.items(), results, strict=True):
+                if isinstance(v, FileNotFoundError):
                     out[k] = None
                 elif isinstance(v, BaseException):
                     raise v  # retried when transient
@@ -306,6 +305,30 @@ class ObjectStore:
             return out
 
         return self._retry("read", keys[0], fetch)
+
+    def _cat_files(self, paths: list[str]) -> list[bytes | BaseException]:
+        """Whole objects at once: concurrent GETs on an async filesystem (s3fs), with neither a
+        HEAD nor a listing first (fsspec's ``cat`` of several paths expands them)."""
+        if getattr(self.fs, "async_impl", False):
+            import asyncio
+
+            from fsspec.asyn import sync
+
+            kwargs = {"max_concurrency": 1} if self.protocol in ("s3", "s3a") else {}  # no HEAD first
+
+            async def gather() -> list[Any]:
+                return await asyncio.gather(
+                    *(self.fs._cat_file(p, **kwargs) for p in paths), return_exceptions=True
+                )
+
+            return list(sync(self.fs.loop, gather))
+        out: list[bytes | BaseException] = []
+        for p in paths:
+            try:
+                out.append(self.fs.cat_file(p))
+            except Exception as e:
+                out.append(e)
+        return out
 
     def remember(self, key: str, data: bytes) -> None:
         """Put an object this process just wrote into the cache (it is what readers ask next)."""
