@@ -32,14 +32,14 @@ import uuid
 from typing import Any
 
 import numpy as np
+from object_store import BUCKET, filesystem
+from object_store import start_server as start_moto
 
 import pylog
 from pylog.storage.backends.objectfs import ObjectStorage
 from pylog.storage.backends.objectstore import ObjectStore
 from pylog.storage.maintenance.runner import maintain
 from pylog.storage.root.manager import Root
-
-BUCKET = "pylog-bench"
 
 _BYTES = threading.local()
 
@@ -74,24 +74,9 @@ def written() -> int:
 
 
 def start_server() -> tuple[Any, dict[str, str]]:
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    opts = {
-        "endpoint_url": f"http://{host}:{port}",
-        "key": "bench",
-        "secret": "bench",
-        "client_kwargs.region_name": "us-east-1",
-    }
-    import s3fs
-
-    fs = s3fs.S3FileSystem(
-        endpoint_url=opts["endpoint_url"], key="bench", secret="bench", skip_instance_cache=True
-    )
-    fs.mkdir(BUCKET)
+    """moto's S3 server on 127.0.0.1 (as in bench/object_store.py), with the bucket."""
+    server, opts = start_moto()
+    filesystem(opts).mkdir(BUCKET)
     return server, opts
 
 
