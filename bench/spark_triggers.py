@@ -1,14 +1,20 @@
 """Per-trigger cost of the streaming source against the partition count.
 
-    python bench/spark_triggers.py [--quick]
+    python bench/spark_triggers.py [--quick] [--s3-only]
 
 One-record micro-batches (``maxOffsetsPerTrigger=1``, ``trigger(availableNow=True)``, into
 Spark's ``noop`` sink) from a topic of 1, 16 and 128 partitions: 40 records to read, all in
 partition 0, read from the earliest; every other partition holds 1,000 records and is read
 from the latest (so it has data, segments and indexes, but nothing new), against a storage-free Python
 source with the same partitions and offsets in the same SparkSession (what any Python source
-costs per micro-batch: Spark's planning, one task, the offset and commit logs).  Prints a table
-and, as its last line, JSON with the milliseconds per micro-batch of each and their ratio.
+costs per micro-batch: Spark's planning, one task, the offset and commit logs).
+
+Then the requests of an idle stream on S3 (moto's server on 127.0.0.1): a stream over a topic of
+16 partitions with nothing new, triggered every 200 ms for 10 s; every request the server
+receives is counted (driver and tasks alike), and divided by the triggers (elapsed / interval).
+
+Prints a table and, as its last line, JSON with the milliseconds per micro-batch of each and
+their ratio, and the S3 requests per idle trigger.
 """
 
 from __future__ import annotations
@@ -126,16 +132,80 @@ def ms_per_batch(spark: SparkSession, df: Any, ck: Path) -> float:
     return secs * 1000 / batches
 
 
+def idle_s3_requests(
+    spark: SparkSession, tmp: Path, seconds: float = 10.0, interval_ms: int = 200
+) -> dict[str, Any]:
+    """S3 requests per trigger of a stream with nothing new to read (see the module doc)."""
+    import collections
+
+    from object_store import BUCKET, filesystem, start_server
+    from werkzeug.serving import WSGIRequestHandler
+
+    seen: collections.Counter[str] = collections.Counter()
+    log_request = WSGIRequestHandler.log_request
+
+    def counting(self: Any, code: Any = "-", size: Any = "-") -> None:
+        kind = "LIST" if "list-type=" in self.path else self.command
+        seen[kind] += 1
+        log_request(self, code, size)
+
+    WSGIRequestHandler.log_request = counting  # type: ignore[method-assign]
+    server, opts = start_server()
+    try:
+        filesystem(opts).mkdir(BUCKET)
+        url = f"s3://{BUCKET}/triggers"
+        with pylog.open(url, opts) as root:
+            root.create_topic("t", 16)
+            for p in range(16):
+                root.append("t", [b"old-%d" % i for i in range(100)], partition=p)
+        reader = spark.readStream.format("pylog").option("path", url).option("subscribe", "t")
+        for k, v in opts.items():
+            reader = reader.option(f"storage.{k}", v)
+        q = (
+            reader.option("startingOffsets", "latest")
+            .load()
+            .writeStream.format("noop")
+            .option("checkpointLocation", str(tmp / "idle-s3"))
+            .trigger(processingTime=f"{interval_ms} milliseconds")
+            .start()
+        )
+        time.sleep(5)  # started: batch 0 planned, Python workers up
+        seen.clear()
+        t0 = time.perf_counter()
+        time.sleep(seconds)
+        counted = dict(seen)
+        elapsed = time.perf_counter() - t0
+        q.stop()
+    finally:
+        WSGIRequestHandler.log_request = log_request  # type: ignore[method-assign]
+        server.stop()
+    triggers = elapsed * 1000 / interval_ms
+    total = sum(counted.values())
+    return {
+        "triggers": round(triggers),
+        "requests": counted,
+        "requests_per_trigger": round(total / triggers, 2),
+        "lists_per_trigger": round(counted.get("LIST", 0) / triggers, 2),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="1 and 16 partitions only")
+    ap.add_argument("--s3-only", action="store_true", help="only the idle-trigger requests on S3")
     args = ap.parse_args()
     sizes = (1, 16) if args.quick else (1, 16, 128)
     tmp = Path(tempfile.mkdtemp(prefix="pylog-bench-triggers-"))
     spark = local_spark("pylog-bench-triggers", FreeSource, spark__sql__shuffle__partitions="1")
     results: dict[str, dict[str, float]] = {}
     try:
-        for n in sizes:
+        s3 = idle_s3_requests(spark, tmp)
+        print(
+            f"idle stream on S3, 16 partitions: {s3['requests_per_trigger']} requests per trigger "
+            f"({s3['lists_per_trigger']} LIST) over ~{s3['triggers']} triggers: {s3['requests']}",
+            flush=True,
+        )
+        for n in () if args.s3_only else sizes:
             counts = counts_for(n)
             path = tmp / f"root{n}"
             with pylog.open(path) as root:
@@ -174,7 +244,12 @@ def main() -> None:
     finally:
         spark.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-    print(json.dumps({"bench": "spark_triggers", "records": RECORDS, "partitions": results}, sort_keys=True))
+    print(
+        json.dumps(
+            {"bench": "spark_triggers", "records": RECORDS, "partitions": results, "idle_s3": s3},
+            sort_keys=True,
+        )
+    )
 
 
 if __name__ == "__main__":
