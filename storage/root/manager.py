@@ -413,7 +413,7 @@ class Root(Transactions):
         self._state = pub.read_state(self.storage)
         topics = sorted({f.topic for f in staged})
         if exactly_once and batch_id <= self._state.last_batch(sink_id, legacy_sink):
-            self.sweep_staged(sink_id, batch_id, topics)
+            self._remove_staged(staged, sink_id, batch_id, topics)
             return None
         now = int(time.time() * 1000) if now is None else now
         record = None
@@ -431,8 +431,30 @@ class Root(Transactions):
                     out[(topic, p)] = info
                 self._step("appended")
             self._acknowledge(list(out), sink=record)
-        self.sweep_staged(sink_id, batch_id, topics, now=now, max_age_ms=retention_ms)
+        self._remove_staged(staged, sink_id, batch_id, topics, now=now, max_age_ms=retention_ms)
         return out
+
+    def _remove_staged(
+        self,
+        staged: Sequence[pub.StagedFile],
+        sink_id: str,
+        batch_id: int,
+        topics: list[str],
+        *,
+        now: int | None = None,
+        max_age_ms: int | None = None,
+    ) -> None:
+        """After a publish (or a skipped replay): remove its staged files and sweep abandoned
+        ones.  On an object store the publish's own are deleted by name and the sweep, which
+        LISTs the staged objects, runs at most once per :data:`publish.STAGED_SWEEP_INTERVAL_S`
+        per root and process (a commit then needs no LIST)."""
+        if self.transactional:
+            for f in staged:
+                for path in f.paths():
+                    self.storage.delete(path)
+            if not pub.staged_sweep_due(self.storage.describe()):
+                return
+        self.sweep_staged(sink_id, batch_id, topics, now=now, max_age_ms=max_age_ms)
 
     def sweep_staged(
         self,

@@ -45,7 +45,9 @@ names, and a sweep removes those of committed or abandoned batches.
 from __future__ import annotations
 
 import json
+import math
 import re
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -295,6 +297,22 @@ def append_staged(
     )
 
 
+STAGED_SWEEP_INTERVAL_S = 60.0
+"""On an object store, abandoned staged objects are searched for (one LIST) at most this often
+per root and process."""
+
+_LAST_STAGED_SWEEP: dict[str, float] = {}
+
+
+def staged_sweep_due(where: str, now_s: float | None = None) -> bool:
+    """Whether the root ``where`` is due for a sweep of abandoned staged objects (and note it)."""
+    now = time.monotonic() if now_s is None else now_s
+    if now - _LAST_STAGED_SWEEP.get(where, -math.inf) < STAGED_SWEEP_INTERVAL_S:
+        return False
+    _LAST_STAGED_SWEEP[where] = now
+    return True
+
+
 def sweep_staged(
     storage: Storage,
     sink_id: str,
@@ -350,6 +368,7 @@ __all__ = [
     "read_staged",
     "read_state",
     "stage_name",
+    "staged_sweep_due",
     "sweep_staged",
     "validate_sink_id",
     "write_state",
