@@ -65,14 +65,14 @@ EXPECTED: dict[str, list[str]] = {
         "OK: checked",
     ],
     "object_store.py": [  # on moto's S3 server, started by the example on 127.0.0.1
-        "appended 240 orders in 24 commits (25 manifests published)",
-        "read back 240 records",
-        "a reader opened after the first commit: 10 records, 240 after refresh()",
-        ": 25 manifests, 72 segments",
-        "merged away 69 small segments; segments 75 -> 6, objects 97 -> 4",
+        "appended 480 orders in 24 commits (25 commits published)",
+        "read back 480 records",
+        "a reader opened after the first commit: 20 records, 480 after refresh()",
+        ": 25 commits, 2 checkpoints, 51 segments",
+        "merged away 48 small segments; segments 54 -> 6",
         "$ pylog describe s3://pylog-example/demo -S endpoint_url=http://127.0.0.1:",
         "topic orders  partitions 3",
-        "OK: checked 240 records",
+        "OK: checked 480 records",
     ],
 }
 

@@ -143,7 +143,7 @@ def test_a_checkpoint_that_is_not_what_its_commit_recorded_is_never_trusted(
     # and a checkpoint uploaded by a writer that lost its race (never named by a commit)
     client(s3_backend).pipe_file(f"{base}/{CHECKPOINTS}{newest.number + 1:020d}.0123456789abcdef.json", b"{}")
     forget_process_state(root)
-    with caplog.at_level("WARNING"), s3_backend.open(read_only=True) as r:
+    with caplog.at_level("WARNING", logger="pylog.storage"), s3_backend.open(read_only=True) as r:
         assert values(r) == expected  # from the checkpoint before, and the commits after it
         assert r.storage.snapshot.number == root.storage.number
     assert "not the one its commit recorded" in caplog.text
