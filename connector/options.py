@@ -17,6 +17,7 @@ import hashlib
 import json
 import logging
 import re
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -286,7 +287,9 @@ def parse_options(raw: Mapping[str, str]) -> SourceOptions:
                 f"option groupIdPrefix: {_show(prefix)} is not valid; valid values: 1 to 180 characters "
                 "from [a-zA-Z0-9._-]"
             )
-        group_id = f"{prefix}-{_fingerprint(path, subscription)}"
+        # as Kafka's source: a group of its own for each run of a query, so that concurrent
+        # queries never overwrite each other's record (the hash says which path and subscription)
+        group_id = f"{prefix}-{uuid.uuid4().hex[:16]}-{_fingerprint(path, subscription)[:8]}"
     return SourceOptions(
         path=path,
         subscription=subscription,
@@ -518,7 +521,7 @@ def _show(text: str, limit: int = 80) -> str:
 
 
 def _fingerprint(path: str, subscription: Subscription) -> str:
-    """A stable id for a query without a groupId: the same path and subscription give the same id."""
+    """A digest of a query's path and subscription (part of the generated groupId)."""
     doc = json.dumps([path, subscription.describe()])
     return hashlib.sha256(doc.encode()).hexdigest()[:16]
 

@@ -4,6 +4,7 @@ from pylog.storage.root.consumers import (
     CONSUMER_OFFSETS_PREFIX,
     consumer_lag,
     consumer_offsets_file,
+    expire_consumer_offsets,
     read_consumer_offsets,
     write_consumer_offsets,
 )
@@ -12,6 +13,7 @@ __all__ = [
     "CONSUMER_OFFSETS_PREFIX",
     "consumer_lag",
     "consumer_offsets_file",
+    "expire_consumer_offsets",
     "read_consumer_offsets",
     "write_consumer_offsets",
 ]

@@ -58,7 +58,7 @@ from pylog.connector.offsets import (
     to_json,
 )
 from pylog.connector.options import SourceOptions
-from pylog.connector.progress import write_consumer_offsets
+from pylog.connector.progress import expire_consumer_offsets, write_consumer_offsets
 from pylog.connector.scan import ReadTask, read_task, task_for
 from pylog.storage.errors import PylogError
 
@@ -76,6 +76,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest: dict[TopicPartition, int] | None = None
         self._last_trigger_ms = -math.inf  # Kafka's lastTriggerMillis = 0: the first trigger fires
         self._commit_warned = False
+        self._expired = False
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -226,6 +227,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             view = self._view or self._refresh()
             write_consumer_offsets(view.root.storage, self.opts.group_id, offsets)
+            if not self._expired:  # once per run: records of ended runs, as Kafka expires groups
+                self._expired = True
+                gone = expire_consumer_offsets(view.root.storage, int(time.time() * 1000), self.opts.group_id)
+                if gone:
+                    log.info("removed the consumed offsets of %d groups idle for 7 days", len(gone))
         except (OSError, PylogError) as e:  # observability only: never fail the query for it
             if not self._commit_warned:
                 log.warning("could not record the consumed offsets of %s: %s", self.opts.group_id, e)

@@ -52,7 +52,7 @@ SOURCE_DEFAULTS: dict[str, str] = {
     "maxRecordsPerPartition": "none",
     "includeHeaders": "`false`",
     "isolationLevel": "`read_uncommitted`",
-    "groupId": f"`{DEFAULT_GROUP_ID_PREFIX}-<hash of path and subscription>`",
+    "groupId": f"`{DEFAULT_GROUP_ID_PREFIX}-<random id of the run>-<hash of path and subscription>`",
     "groupIdPrefix": f"`{DEFAULT_GROUP_ID_PREFIX}`",
     "kafkaConsumer.pollTimeoutMs": "",
     "fetchOffset.numRetries": "",

@@ -1,8 +1,9 @@
 """Consumed offsets of streaming queries, recorded in the root like Kafka's committed offsets.
 
-Each query (identified by its ``groupId`` option, see :mod:`pylog.connector.options`) has one
-file in the root, in Kafka's checkpoint format (version 0, count, ``<topic> <partition> <offset>``
-lines; :mod:`pylog.storage.partition.checkpoint`)::
+Each query (identified by its ``groupId`` option, see :mod:`pylog.connector.options`; without
+one, each run of a query has a group of its own, as in Kafka) has one file in the root, in
+Kafka's checkpoint format (version 0, count, ``<topic> <partition> <offset>`` lines;
+:mod:`pylog.storage.partition.checkpoint`)::
 
     <root>/pylog-consumer-offsets.<groupId>
 
@@ -10,7 +11,9 @@ It is a file, never a directory, so neither Kafka nor pylog takes it for a parti
 replaced atomically.  The source writes it in ``commit(end)``, i.e. the offsets Spark has finished
 processing.  Spark calls ``commit`` for batch N only after planning batch N+1 and never for the
 last batch before a stop, so the file can lag the query by one batch: it is for observing lag
-(``pylog describe``), not a position a query restarts from (that is Spark's checkpoint).
+(``pylog describe``), not a position a query restarts from (that is Spark's checkpoint).  The
+records of groups not updated for 7 days are removed by the next query that commits on the root
+(:func:`expire_consumer_offsets`).
 
 (Storage-level: the Spark source writes these files, `pylog describe` reads them.)
 """
@@ -51,6 +54,27 @@ def read_consumer_offsets(storage: Storage) -> dict[str, dict[TopicPartition, in
             except PylogError as e:
                 log.warning("skipping %s: %s", name, e)
     return out
+
+
+CONSUMER_OFFSETS_RETENTION_MS = 7 * 24 * 3600 * 1000
+"""A group's record not updated for this long is removed (Kafka's ``offsets.retention.minutes``)."""
+
+
+def expire_consumer_offsets(
+    storage: Storage, now_ms: int, keep: str, retention_ms: int = CONSUMER_OFFSETS_RETENTION_MS
+) -> list[str]:
+    """Remove the records of groups other than ``keep`` not updated for ``retention_ms`` (runs
+    of queries that ended: without a groupId each run has a group of its own).  Returns the
+    groups removed; a record whose age is unknown is kept."""
+    removed = []
+    for name in storage.listdir(""):
+        if not name.startswith(CONSUMER_OFFSETS_PREFIX) or name == consumer_offsets_file(keep):
+            continue
+        modified = storage.modified_ms(name)
+        if modified is not None and now_ms - modified > retention_ms and not storage.isdir(name):
+            storage.delete(name)
+            removed.append(name[len(CONSUMER_OFFSETS_PREFIX) :])
+    return removed
 
 
 def consumer_lag(

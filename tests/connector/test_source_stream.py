@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import pylog
+from pylog.connector.options import DEFAULT_GROUP_ID_PREFIX
 from pylog.connector.progress import read_consumer_offsets
 from tests.conftest import Backend
 from tests.connector.source_helpers import (
@@ -21,6 +22,7 @@ from tests.connector.source_helpers import (
     delete_topic,
     forget_batch,
     publish,
+    reader,
     remove_partition,
     run_available_now,
     start_stream,
@@ -69,6 +71,36 @@ def test_available_now_rate_limit_and_restart_with_data_added_while_stopped(
     with backend.open(read_only=True) as root:  # commit(end) of every batch but the last of a run
         consumed = read_consumer_offsets(root.storage)["q1"]
     assert set(consumed) == {("t", 0), ("t", 1), ("t", 2)} and consumed[("t", 0)] == 60
+
+
+def test_concurrent_queries_without_a_group_id_keep_records_of_their_own(
+    spark: Any, backend: Backend, tmp_path: Path
+) -> None:
+    """As in Kafka, a query without a groupId gets a group of its own for each run: two queries
+    reading the same subscription at once never overwrite each other's consumed offsets."""
+    with backend.open() as root:
+        root.create_topic("t", 2)
+        append(root, "t", 0, 40)
+        append(root, "t", 1, 40)
+    opts = {"subscribe": "t", "startingOffsets": "earliest", "maxOffsetsPerTrigger": "20"}
+    queries = [
+        reader(spark, backend, **opts)
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / f"ck{i}"))
+        .trigger(availableNow=True)
+        .start()
+        for i in range(2)
+    ]
+    for q in queries:
+        q.awaitTermination(120)
+        assert q.exception() is None
+    with backend.open(read_only=True) as root:
+        consumed = read_consumer_offsets(root.storage)
+    groups = sorted(g for g in consumed if g.startswith(DEFAULT_GROUP_ID_PREFIX + "-"))
+    assert len(groups) == 2, consumed  # one each, neither overwritten
+    assert groups[0].rsplit("-", 1)[1] == groups[1].rsplit("-", 1)[1]  # same path and subscription
+    for g in groups:  # batches 0..2 of 4 committed (Spark commits batch N when it plans N+1)
+        assert set(consumed[g]) == {("t", 0), ("t", 1)} and sum(consumed[g].values()) >= 40
 
 
 def test_processing_time_latest_new_partitions_and_new_topics(
