@@ -16,9 +16,9 @@ a hand-edited root) and for roots still in format 1 are the keys LISTed.
 3. after a checkpoint, the hint is overwritten (only a hint: readers verify what it names).
 
 A writer that loses the race reads the commits that won and, if they touched none of the
-topic-partitions it changed (root files with a three-way merge function - high watermarks,
-Kafka's checkpoint files, topic metadata - are merged key by key), re-bases its change on them
-and tries the next number; only a real overlap makes the whole operation run again.
+files it changed (root files with a three-way merge function - high watermarks, Kafka's
+checkpoint files, topic metadata - are merged key by key), re-bases its change on them and tries
+the next number; only a real overlap (:func:`_overlap`) makes the whole operation run again.
 
 **Deleting.**  Commits and checkpoints are never deleted while a reader may start from them:
 when checkpoint C2 is written after C1, the commits up to C1 and the checkpoint before C1 go to
@@ -299,11 +299,14 @@ def _rebase(
         raise _conflict(store, base.number + 1, "it does not follow this state")
     if not winners:
         raise _conflict(store, base.number + 1, "but it is gone now")
+    their_files: set[str] = set().union(*(w.files() for w in winners))
+    their_dirs: set[str] = set().union(*(w.dirs() for w in winners))
+    overlap = _overlap(ours.files(), ours.dirs(), their_files, their_dirs) - set(mergers)
+    if overlap:
+        raise _conflict(store, base.number + 1, f"it changed {sorted(overlap)[0]!r} too")
     theirs: set[str] = set().union(*(w.units() for w in winners))
     mine = ours.units()
     for unit in theirs:
-        if unit in mine and unit not in mergers:
-            raise _conflict(store, base.number + 1, f"it changed {unit!r} too")
         merge = mergers.get(unit)
         if merge is None:
             continue
@@ -324,6 +327,18 @@ def _rebase(
             ours.patches.pop(unit, None)
             ours.delete.discard(unit)
     return newest
+
+
+def _overlap(mine: set[str], my_dirs: set[str], theirs: set[str], their_dirs: set[str]) -> set[str]:
+    """What two changes both touched: the same file, or a file in a directory the other one
+    created or removed.  A file, not a whole partition: a cleaner's pass (segments below the
+    active one) and an append (the active segment, or a roll after it) re-base on each other;
+    every change of a partition's log end touches its active segment, so two writers that
+    decide from the log end always overlap."""
+    out = (mine & theirs) | (my_dirs & their_dirs)
+    out |= {f for f in mine if f.partition("/")[0] in their_dirs}
+    out |= {f for f in theirs if f.partition("/")[0] in my_dirs}
+    return out
 
 
 def publish(

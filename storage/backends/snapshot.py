@@ -159,6 +159,14 @@ class Change:
     def empty(self) -> bool:
         return not (self.put or self.delete or self.dirs_add or self.dirs_delete)
 
+    def files(self) -> set[str]:
+        """The files this change writes or removes."""
+        return set(self.put) | self.delete
+
+    def dirs(self) -> set[str]:
+        """The directories this change creates or removes."""
+        return self.dirs_add | self.dirs_delete
+
     def units(self) -> set[str]:
         """The topic-partition directories and root files this change touches."""
         paths: Iterable[str] = [*self.put, *self.delete, *self.dirs_add, *self.dirs_delete]

@@ -1,7 +1,7 @@
 """Three-way merges of a root's own files, for re-basing a commit on an object store.
 
 When two writers commit at once to one root on an object store, the loser re-bases its change on
-the winner's if the two touched different topic-partitions (see
+the winner's if the two touched different files (see
 :mod:`pylog.storage.backends.commitlog`).  Every commit also rewrites a few files at the root
 that hold one entry per topic-partition or per query; they are merged entry by entry here: an
 entry the loser changed wins over the base, an entry only the winner changed is taken from it,

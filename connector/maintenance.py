@@ -1,0 +1,201 @@
+"""Maintenance of a whole root as a Spark job: one task per partition that needs work.
+
+    from pylog.connector import maintenance
+    summary = maintenance.run(spark, "s3://bucket/logs", topics=["events"])
+    print(summary.describe())
+
+The driver only plans: it opens the root, lists the partitions of the topics (all by default)
+that hold data, and runs one Spark task per partition.  Each task opens the root itself and runs
+:func:`pylog.storage.maintenance.runner.maintain` for its partition alone - retention, the
+cleaner pass (Kafka's semantics; ``force`` cleans whatever the dirty ratio), and on object stores
+the merging of small segments - and returns what it did.  The heavy work (reading, the offset
+map, rewriting) happens on the executors; the driver's memory does not grow with the log.
+
+Beside running writers (a streaming sink, appends):
+
+- on an object store each task's work is one commit that touches only its partition's files;
+  a commit that races with a writer of other partitions is re-based on it (see the commit log of
+  :mod:`pylog.storage.backends.commitlog`), one that races with an append to the same partition
+  runs again on the newest state: appends are never lost or duplicated, offsets and values
+  never change, readers of older states finish;
+- on local disk a task takes the root's writer lock for its partition's pass (waiting up to
+  ``lock_timeout_s`` for a sink's commit to finish), so tasks of one root take turns: the job
+  still moves the work off the driver and bounds each pause of the writers to one partition's
+  pass, but does not run passes of one root in parallel.
+
+Progress shows as Spark job descriptions; the return value sums it up.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pylog.storage.root.manager as manager
+from pylog.storage.maintenance.runner import maintain
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass
+class PartitionResult:
+    """What one task did for one partition."""
+
+    topic: str
+    partition: int
+    bytes_before: int
+    bytes_after: int
+    records_removed: int
+    segments_deleted: int
+    segments_merged: int
+    cleaned: bool
+    elapsed_s: float
+    error: str = ""
+
+
+@dataclass
+class MaintenanceSummary:
+    """What :func:`run` did, per partition and in all."""
+
+    path: str
+    now: int
+    partitions: list[PartitionResult] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    @property
+    def bytes_before(self) -> int:
+        return sum(p.bytes_before for p in self.partitions)
+
+    @property
+    def bytes_after(self) -> int:
+        return sum(p.bytes_after for p in self.partitions)
+
+    @property
+    def partitions_cleaned(self) -> int:
+        return sum(p.cleaned for p in self.partitions)
+
+    @property
+    def records_removed(self) -> int:
+        return sum(p.records_removed for p in self.partitions)
+
+    @property
+    def errors(self) -> dict[str, str]:
+        return {f"{p.topic}-{p.partition}": p.error for p in self.partitions if p.error}
+
+    def describe(self) -> str:
+        return (
+            f"{self.path}: {len(self.partitions)} partitions in {self.elapsed_s:.1f} s, "
+            f"{self.partitions_cleaned} cleaned, {self.records_removed:,} records removed, "
+            f"{self.bytes_before:,} -> {self.bytes_after:,} bytes"
+            + (f", {len(self.errors)} failed: {self.errors}" if self.errors else "")
+        )
+
+
+def _size(root: manager.Root, tp: TopicPartition) -> int:
+    return sum(s.size for s in root.log(*tp).segments)
+
+
+def plan(
+    path: str, storage_options: Mapping[str, Any] | None, topics: Iterable[str] | None
+) -> list[TopicPartition]:
+    """The partitions of ``topics`` (all by default) that hold data."""
+    with manager.open_root(path, storage_options, read_only=True) as root:
+        names = root.topics() if topics is None else list(topics)
+        out = []
+        for t in names:
+            for p in range(root.partitions(t)):
+                lg = root.log(t, p)
+                if lg.log_end_offset > lg.log_start_offset:
+                    out.append((t, p))
+        return out
+
+
+def run_partition(
+    path: str,
+    storage_options: Mapping[str, Any] | None,
+    tp: TopicPartition,
+    *,
+    now: int,
+    force: bool = False,
+    retention: bool = True,
+    compaction: bool = True,
+    lock_timeout_s: float = 60.0,
+) -> PartitionResult:
+    """One task: maintenance of one partition (also usable without Spark)."""
+    started = time.monotonic()
+    with manager.open_root(path, storage_options, lock_timeout=lock_timeout_s) as root:
+        before = _size(root, tp)
+        report = maintain(
+            root, now=now, partitions=[tp], force=force, retention=retention, compaction=compaction
+        )
+        root.refresh()
+        after = _size(root, tp)
+    return PartitionResult(
+        tp[0],
+        tp[1],
+        before,
+        after,
+        report.records_removed,
+        report.segments_deleted,
+        report.segments_merged,
+        bool(report.cleaning),
+        time.monotonic() - started,
+        "; ".join(report.uncleanable.values()),
+    )
+
+
+def run(
+    spark: Any,
+    path: str,
+    *,
+    topics: Iterable[str] | None = None,
+    now: int | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    force: bool = False,
+    retention: bool = True,
+    compaction: bool = True,
+    lock_timeout_s: float = 60.0,
+) -> MaintenanceSummary:
+    """Retention, compaction and merging of ``path`` as a Spark job (see the module doc).
+    ``now`` (ms, default: the clock) is the time retention and the cleaner judge by."""
+    started = time.monotonic()
+    now = int(time.time() * 1000) if now is None else now
+    options = dict(storage_options or {})
+    todo = plan(path, options, topics)
+    summary = MaintenanceSummary(path, now)
+    if not todo:
+        return summary
+    sc = spark.sparkContext
+    sc.setJobDescription(f"pylog maintenance of {path}: {len(todo)} partitions")
+    try:
+        raw = (
+            sc.parallelize(todo, len(todo))
+            .map(
+                lambda tp: json.dumps(
+                    run_partition(
+                        path,
+                        options,
+                        (str(tp[0]), int(tp[1])),
+                        now=now,
+                        force=force,
+                        retention=retention,
+                        compaction=compaction,
+                        lock_timeout_s=lock_timeout_s,
+                    ).__dict__
+                )
+            )
+            .collect()
+        )
+    finally:
+        sc.setJobDescription(None)
+    summary.partitions = sorted(
+        (PartitionResult(**json.loads(r)) for r in raw), key=lambda r: (r.topic, r.partition)
+    )
+    summary.elapsed_s = time.monotonic() - started
+    return summary
+
+
+__all__ = ["MaintenanceSummary", "PartitionResult", "plan", "run", "run_partition"]
