@@ -158,9 +158,12 @@ def run(
     retention: bool = True,
     compaction: bool = True,
     lock_timeout_s: float = 60.0,
+    max_tasks: int | None = None,
 ) -> MaintenanceSummary:
     """Retention, compaction and merging of ``path`` as a Spark job (see the module doc).
-    ``now`` (ms, default: the clock) is the time retention and the cleaner judge by."""
+    ``now`` (ms, default: the clock) is the time retention and the cleaner judge by;
+    ``max_tasks`` caps the tasks (default: one per partition; fewer run several partitions
+    each, one after another)."""
     started = time.monotonic()
     now = int(time.time() * 1000) if now is None else now
     options = dict(storage_options or {})
@@ -172,7 +175,7 @@ def run(
     sc.setJobDescription(f"pylog maintenance of {path}: {len(todo)} partitions")
     try:
         raw = (
-            sc.parallelize(todo, len(todo))
+            sc.parallelize(todo, min(len(todo), max_tasks or len(todo)))
             .map(
                 lambda tp: json.dumps(
                     run_partition(

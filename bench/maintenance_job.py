@@ -1,0 +1,165 @@
+"""Maintenance as a Spark job: compaction throughput with 2 tasks against 1, and the driver's memory.
+
+    python bench/maintenance_job.py [--quick]
+
+moto's S3 server runs in a process of its own on 127.0.0.1 (so that the driver's memory is the
+driver's).  Two identical roots are written: a compacted topic of 4 partitions, each holding
+``--mb`` MiB (64; 16 with ``--quick``) of 1 KiB records over 2,000 keys per partition in sealed
+1 MiB segments.  ``pylog.connector.maintenance.run(..., force=True)`` then compacts one root
+with at most 1 task and the other with at most 2 (local[2]).  Reported: the dirty bytes per
+second of each, their ratio, and the driver process's peak RSS while the jobs run (sampled
+from /proc every 10 ms; the roots are written before) against the bytes of the log.  Prints a
+table, then one JSON object as its last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from typing import Any
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+import numpy as np
+import pyarrow as pa
+from _spark import local_spark
+
+import pylog
+from pylog.connector import maintenance
+
+BUCKET = "pylog-bench"
+PARTITIONS = 4
+
+
+def start_moto() -> tuple[subprocess.Popen[bytes], dict[str, str]]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    opts = {
+        "endpoint_url": f"http://127.0.0.1:{port}",
+        "key": "bench",
+        "secret": "bench",
+        "client_kwargs.region_name": "us-east-1",
+    }
+    import s3fs
+
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            s3fs.S3FileSystem(
+                endpoint_url=opts["endpoint_url"], key="bench", secret="bench", skip_instance_cache=True
+            ).mkdir(BUCKET)
+            return proc, opts
+        except Exception:
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise
+            time.sleep(0.2)
+
+
+def fill(url: str, opts: dict[str, str], mib: int) -> int:
+    rng = np.random.default_rng(3)
+    with pylog.open(url, opts) as root:
+        root.create_topic(
+            "c",
+            PARTITIONS,
+            {"cleanup.policy": "compact", "segment.bytes": str(1 << 20), "min.cleanable.dirty.ratio": "0.01"},
+        )
+        per_append = 1000
+        for _ in range(mib):
+            for p in range(PARTITIONS):
+                keys = [b"key-%d" % k for k in rng.integers(0, 2000, size=per_append)]
+                values = [bytes(rng.integers(97, 123, size=1000, dtype=np.uint8)) for _ in range(per_append)]
+                root.append("c", pa.table({"key": keys, "value": values}), partition=p)
+        return sum(s.size for p in range(PARTITIONS) for s in root.log("c", p).segments)
+
+
+class RssPeak:
+    """The peak resident set size of this process while running (Linux /proc)."""
+
+    def __init__(self) -> None:
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        page = os.sysconf("SC_PAGE_SIZE")
+        while not self._stop.is_set():
+            with open("/proc/self/statm") as f:
+                self.peak = max(self.peak, int(f.read().split()[1]) * page)
+            time.sleep(0.01)
+
+    def __enter__(self) -> RssPeak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--mb", type=int, default=64, help="MiB per partition")
+    args = ap.parse_args()
+    mib = 16 if args.quick else args.mb
+    proc, opts = start_moto()
+    spark = local_spark("pylog-bench-maintenance")
+    results: dict[str, Any] = {}
+    try:
+        urls = {n: f"s3://{BUCKET}/{uuid.uuid4().hex[:8]}" for n in (1, 2)}
+        sizes = {n: fill(url, opts, mib) for n, url in urls.items()}
+        warm = f"s3://{BUCKET}/{uuid.uuid4().hex[:8]}"
+        fill(warm, opts, 1)
+        maintenance.run(spark, warm, storage_options=opts, force=True)  # Python workers, imports
+        for n in (1, 2):
+            t0 = time.perf_counter()
+            with RssPeak() as rss:
+                summary = maintenance.run(spark, urls[n], storage_options=opts, force=True, max_tasks=n)
+            secs = time.perf_counter() - t0
+            assert summary.partitions_cleaned == PARTITIONS and not summary.errors, summary.describe()
+            results[str(n)] = {
+                "seconds": round(secs, 2),
+                "dirty_MBps": round(sizes[n] / secs / 1e6, 1),
+                "bytes_before": summary.bytes_before,
+                "bytes_after": summary.bytes_after,
+                "driver_peak_rss_bytes": rss.peak,
+            }
+            print(
+                f"{n} task(s): {summary.describe()}; {results[str(n)]['dirty_MBps']} MB/s of log", flush=True
+            )
+    finally:
+        spark.stop()
+        proc.kill()
+    peak = max(r["driver_peak_rss_bytes"] for r in results.values())
+    out = {
+        "bench": "maintenance_job",
+        "partitions": PARTITIONS,
+        "log_bytes": sizes[1],
+        "tasks": results,
+        "speedup_2_vs_1": round(results["2"]["dirty_MBps"] / results["1"]["dirty_MBps"], 2),
+        "driver_peak_rss_bytes": peak,
+    }
+    mib_log = sizes[1] / 2**20
+    rss = peak / 2**20
+    print(
+        f"2 tasks vs 1: {out['speedup_2_vs_1']}x; driver peak RSS {rss:.0f} MiB for a {mib_log:.0f} MiB log"
+    )
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
