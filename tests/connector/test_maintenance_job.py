@@ -8,6 +8,8 @@ import time
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute
+import pytest
 
 from pylog.connector import maintenance
 from tests.conftest import Backend
@@ -106,3 +108,66 @@ def test_a_compaction_job_beside_a_writer_keeps_every_append_and_the_latest_valu
     for p in range(3):
         offs = [o for q, o, _, _ in rows if q == p]
         assert offs == sorted(set(offs))
+
+
+class Crash(BaseException):
+    """The task's process dies here."""
+
+
+def test_a_task_killed_mid_pass_leaves_the_previous_state_and_its_retry_applies_once(
+    backend: Backend, monkeypatch: Any
+) -> None:
+    from pylog.storage.backends.fs import LocalStorage
+    from pylog.storage.backends.objectfs import ObjectStorage
+
+    with backend.open() as root:
+        root.create_topic("c", 3, {"cleanup.policy": "compact", "segment.bytes": "16384"})
+        _fill(root, 12)
+        before = root.read_table("c")
+    now = int(time.time() * 1000)
+    options = backend.options or None
+    crashed: list[str] = []
+    if backend.is_local:  # in the middle of the swap: .swap files renamed, not all of them
+        real_rename = LocalStorage.rename
+
+        def rename(self: LocalStorage, src: str, dst: str) -> None:
+            if src.endswith(".swap") and not crashed:
+                crashed.append(src)
+                raise Crash(src)
+            real_rename(self, src, dst)
+
+        monkeypatch.setattr(LocalStorage, "rename", rename)
+    else:  # the cleaned segments uploaded, the commit not created
+
+        def step(self: ObjectStorage, name: str) -> None:
+            if name == "uploaded" and not crashed:
+                crashed.append(name)
+                raise Crash(name)
+
+        monkeypatch.setattr(ObjectStorage, "_step", step)
+    old = before.filter(pa.compute.equal(before.column("partition"), 0))
+    by_offset = dict(zip(old.column("offset").to_pylist(), old.column("value").to_pylist(), strict=True))
+    latest = dict(zip(old.column("key").to_pylist(), old.column("value").to_pylist(), strict=True))
+
+    def partition_0() -> dict[bytes, bytes]:
+        with backend.open(read_only=True) as r:
+            got = r.read_table("c", [0])
+        offsets = got.column("offset").to_pylist()
+        assert offsets == sorted(set(offsets))
+        assert all(by_offset[o] == v for o, v in zip(offsets, got.column("value").to_pylist(), strict=True))
+        kept = dict(zip(got.column("key").to_pylist(), got.column("value").to_pylist(), strict=True))
+        assert kept == latest  # the latest value of every key, whatever else is still there
+        return kept
+
+    with pytest.raises(Crash):
+        maintenance.run_partition(backend.url, options, ("c", 0), now=now, force=True)
+    assert crashed
+    partition_0()  # after the kill: the previous state (or, on local disk, a swap readers complete)
+    retried = [
+        maintenance.run_partition(backend.url, options, ("c", 0), now=now, force=True) for _ in range(2)
+    ]
+    if not backend.is_local:  # the killed task published nothing: its retry does the work
+        assert retried[0].records_removed > 0
+    # (on local disk the retry's open completes the interrupted swap first, as Kafka's recovery)
+    assert retried[1].records_removed == 0  # applied once: a second run finds nothing to remove
+    partition_0()
