@@ -549,9 +549,18 @@ def _maintain(root: Root, touched: set[tuple[str, int]], budget_ms: int) -> None
     """Retention and compaction of the partitions just written, within a time budget; never
     fails the commit (the data is already durable and recorded)."""
     try:
-        maintenance.maintain(
+        report = maintenance.maintain(
             root, now=int(time.time() * 1000), budget_s=budget_ms / 1000.0, partitions=sorted(touched)
         )
+        if report.budget_exhausted:  # the rest waits for the next commits, or a job of its own
+            log.warning(
+                "%s: maintenance after this commit used up its budget (maintenance.budgetMs=%d) with "
+                "work left: it goes on after the next commits; for a backlog, run "
+                "pylog.connector.maintenance.run(spark, path) or pylog compact (pylog describe shows "
+                "the compaction backlog)",
+                root.storage.describe(),
+                budget_ms,
+            )
     except Exception as e:  # maintenance must not fail a durable commit
         log.warning("maintenance after publish failed: %s", e)
 

@@ -7,6 +7,7 @@ file, so they are safe beside a running writer.  Results are plain dicts/lists (
 from __future__ import annotations
 
 import io
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, TypedDict
@@ -16,6 +17,7 @@ import numpy as np
 from pylog.storage.backends.fs import LocalStorage
 from pylog.storage.codec import records
 from pylog.storage.errors import PylogError
+from pylog.storage.maintenance.cleanable import log_to_clean
 from pylog.storage.partition import checkpoint as ckpt
 from pylog.storage.root import publish as pub
 from pylog.storage.root.consumers import consumer_lag, read_consumer_offsets
@@ -37,11 +39,13 @@ class PartitionInfo(TypedDict):
     log_start_offset: int
     log_end_offset: int
     bytes: int
+    cleanable_bytes: int  # compacted topics: bytes of dirty segments the cleaner would rewrite
     segments: list[SegmentInfo]
 
 
 class TopicInfo(TypedDict):
     topic: str
+    cleanable_bytes: int
     partitions: list[PartitionInfo]
     config_overrides: dict[str, Any]
     bytes: int
@@ -72,6 +76,12 @@ class RootInfo(TypedDict):
 def describe(root: Root) -> RootInfo:
     """Topics, partitions, segments, sizes, offsets and configs of ``root``."""
     topics: list[TopicInfo] = []
+    cleaner = (
+        ckpt.read_offsets(root.storage, ckpt.CLEANER_OFFSET)
+        if root.storage.exists(ckpt.CLEANER_OFFSET)
+        else {}
+    )
+    now = int(time.time() * 1000)
     for topic in root.topics():
         parts: list[PartitionInfo] = []
         for p in range(root.partitions(topic)):
@@ -95,6 +105,11 @@ def describe(root: Root) -> RootInfo:
                     "log_end_offset": lg.log_end_offset,
                     "bytes": lg.size,
                     "segments": segs,
+                    "cleanable_bytes": (
+                        log_to_clean(lg, cleaner.get((topic, p)), now, with_lso=False).cleanable_bytes
+                        if lg.config.compact
+                        else 0
+                    ),
                 }
             )
         cfg = root._topic(topic).get("config") or {}
@@ -104,6 +119,7 @@ def describe(root: Root) -> RootInfo:
                 "partitions": parts,
                 "config_overrides": dict(cfg),
                 "bytes": sum(p["bytes"] for p in parts),
+                "cleanable_bytes": sum(p["cleanable_bytes"] for p in parts),
             }
         )
     latest = {(t["topic"], p["partition"]): p["log_end_offset"] for t in topics for p in t["partitions"]}
@@ -142,6 +158,11 @@ def format_describe(info: RootInfo) -> str:
             out.append(
                 f"  {p['partition']:>9} {p['log_start_offset']:>12} {p['log_end_offset']:>12} "
                 f"{span:>12} {len(p['segments']):>8} {p['bytes']:>14,}"
+            )
+        if t["cleanable_bytes"]:
+            out.append(
+                f"  compaction backlog: {t['cleanable_bytes']:,} bytes of dirty segments (pylog compact, "
+                "or pylog.connector.maintenance.run as a Spark job)"
             )
     if info["topics"]:
         out.append("\n* end - start: the offsets in range (compaction and control records leave gaps)")
