@@ -36,6 +36,7 @@ import json
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -99,9 +100,12 @@ Merger = Callable[[bytes | None, bytes | None, bytes | None, set[str]], bytes | 
 """Three-way merge of a root file: (base, ours, theirs, units this commit touches) -> merged
 bytes, or None when the changes overlap."""
 
-_KNOWN: dict[str, tuple[Snapshot, float]] = {}
+KNOWN_ROOTS = 64
+"""How many roots' newest states a process keeps (the least recently used go first)."""
+
+_KNOWN: OrderedDict[str, tuple[Snapshot, float]] = OrderedDict()
 """Per URL, the newest state this process has read or written and when it was confirmed newest
-(``time.monotonic``)."""
+(``time.monotonic``); at most :data:`KNOWN_ROOTS` of them."""
 _KNOWN_LOCK = threading.Lock()
 
 
@@ -117,6 +121,9 @@ def remember(store: ObjectStore, snap: Snapshot, confirmed_at: float) -> None:
         old = _KNOWN.get(store.url)
         if old is None or old[0].number <= snap.number:
             _KNOWN[store.url] = (snap, confirmed_at)
+        _KNOWN.move_to_end(store.url)
+        while len(_KNOWN) > KNOWN_ROOTS:
+            _KNOWN.popitem(last=False)
 
 
 def forget(store: ObjectStore) -> None:

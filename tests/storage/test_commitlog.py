@@ -22,7 +22,7 @@ from pylog.storage.backends.manifest import (
     parse_manifest,
 )
 from pylog.storage.backends.objectfs import ObjectStorage
-from pylog.storage.backends.snapshot import CHECKPOINTS, HINT, LOG, commit_key
+from pylog.storage.backends.snapshot import CHECKPOINTS, HINT, LOG, Snapshot, commit_key
 from pylog.storage.errors import CorruptMetadataError, UnsupportedFormatError
 from pylog.storage.root import publish as pub
 from pylog.storage.root.manager import Root
@@ -315,3 +315,18 @@ def test_two_writers_of_different_topics_at_full_speed(s3_backend: Backend) -> N
         for t in "xy":
             got = values(r, t)
             assert len(got) == len(set(got)) == 3 * done[t]
+
+
+def test_a_process_keeps_the_newest_state_of_a_bounded_number_of_roots() -> None:
+    from types import SimpleNamespace
+
+    stores = [SimpleNamespace(url=f"memory://bounded/{i}") for i in range(commitlog.KNOWN_ROOTS + 6)]
+    try:
+        for st in stores:
+            commitlog.remember(st, Snapshot(number=3), 0.0)  # type: ignore[arg-type]
+        known = set(commitlog._KNOWN)
+        assert len(known) <= commitlog.KNOWN_ROOTS
+        assert stores[-1].url in known and stores[1].url not in known  # the least recently used went
+    finally:
+        for st in stores:
+            commitlog.forget(st)  # type: ignore[arg-type]
