@@ -7,8 +7,8 @@ driver's).  Two identical roots are written: a compacted topic of 4 partitions, 
 ``--mb`` MiB (64; 16 with ``--quick``) of 1 KiB records over 2,000 keys per partition in sealed
 1 MiB segments.  ``pylog.connector.maintenance.run(..., force=True)`` then compacts one root
 with at most 1 task and the other with at most 2 (local[2]).  Reported: the dirty bytes per
-second of each, their ratio, and the driver process's peak RSS while the jobs run (sampled
-from /proc every 10 ms; the roots are written before) against the bytes of the log.  Prints a
+second of each, their ratio, and the driver process's peak RSS while the jobs run (VmHWM, reset
+before each job: the roots are written before) against the bytes of the log.  Prints a
 table, then one JSON object as its last line.
 """
 
@@ -20,7 +20,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from typing import Any
@@ -30,6 +29,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 import numpy as np
 import pyarrow as pa
 from _spark import local_spark
+from compaction import peak_rss_mb
 
 import pylog
 from pylog.connector import maintenance
@@ -86,28 +86,10 @@ def fill(url: str, opts: dict[str, str], mib: int) -> int:
         return sum(s.size for p in range(PARTITIONS) for s in root.log("c", p).segments)
 
 
-class RssPeak:
-    """The peak resident set size of this process while running (Linux /proc)."""
-
-    def __init__(self) -> None:
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def _sample(self) -> None:
-        page = os.sysconf("SC_PAGE_SIZE")
-        while not self._stop.is_set():
-            with open("/proc/self/statm") as f:
-                self.peak = max(self.peak, int(f.read().split()[1]) * page)
-            time.sleep(0.01)
-
-    def __enter__(self) -> RssPeak:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+def reset_peak_rss() -> None:
+    """Start this process's peak resident memory (VmHWM) afresh (Linux: ``clear_refs`` 5)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
 
 
 def main() -> None:
@@ -127,8 +109,9 @@ def main() -> None:
         maintenance.run(spark, warm, storage_options=opts, force=True)  # Python workers, imports
         for n in (1, 2):
             t0 = time.perf_counter()
-            with RssPeak() as rss:
-                summary = maintenance.run(spark, urls[n], storage_options=opts, force=True, max_tasks=n)
+            reset_peak_rss()  # the roots were written by this process: count the job alone
+            summary = maintenance.run(spark, urls[n], storage_options=opts, force=True, max_tasks=n)
+            peak_mib = peak_rss_mb()
             secs = time.perf_counter() - t0
             assert summary.partitions_cleaned == PARTITIONS and not summary.errors, summary.describe()
             results[str(n)] = {
@@ -136,7 +119,7 @@ def main() -> None:
                 "dirty_MBps": round(sizes[n] / secs / 1e6, 1),
                 "bytes_before": summary.bytes_before,
                 "bytes_after": summary.bytes_after,
-                "driver_peak_rss_bytes": rss.peak,
+                "driver_peak_rss_bytes": int(peak_mib * 2**20),
             }
             print(
                 f"{n} task(s): {summary.describe()}; {results[str(n)]['dirty_MBps']} MB/s of log", flush=True

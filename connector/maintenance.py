@@ -28,7 +28,6 @@ Progress shows as Spark job descriptions; the return value sums it up.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -174,29 +173,25 @@ def run(
     sc = spark.sparkContext
     sc.setJobDescription(f"pylog maintenance of {path}: {len(todo)} partitions")
     try:
-        raw = (
+        results = (
             sc.parallelize(todo, min(len(todo), max_tasks or len(todo)))
             .map(
-                lambda tp: json.dumps(
-                    run_partition(
-                        path,
-                        options,
-                        (str(tp[0]), int(tp[1])),
-                        now=now,
-                        force=force,
-                        retention=retention,
-                        compaction=compaction,
-                        lock_timeout_s=lock_timeout_s,
-                    ).__dict__
+                lambda tp: run_partition(
+                    path,
+                    options,
+                    tp,
+                    now=now,
+                    force=force,
+                    retention=retention,
+                    compaction=compaction,
+                    lock_timeout_s=lock_timeout_s,
                 )
             )
             .collect()
         )
     finally:
         sc.setJobDescription(None)
-    summary.partitions = sorted(
-        (PartitionResult(**json.loads(r)) for r in raw), key=lambda r: (r.topic, r.partition)
-    )
+    summary.partitions = sorted(results, key=lambda r: (r.topic, r.partition))
     summary.elapsed_s = time.monotonic() - started
     return summary
 

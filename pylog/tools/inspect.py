@@ -76,11 +76,7 @@ class RootInfo(TypedDict):
 def describe(root: Root) -> RootInfo:
     """Topics, partitions, segments, sizes, offsets and configs of ``root``."""
     topics: list[TopicInfo] = []
-    cleaner = (
-        ckpt.read_offsets(root.storage, ckpt.CLEANER_OFFSET)
-        if root.storage.exists(ckpt.CLEANER_OFFSET)
-        else {}
-    )
+    cleaner = ckpt.read_offsets(root.storage, ckpt.CLEANER_OFFSET)  # {} when there is none
     now = int(time.time() * 1000)
     for topic in root.topics():
         parts: list[PartitionInfo] = []

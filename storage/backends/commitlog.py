@@ -162,11 +162,7 @@ def _walk(
                 return None
             if changes is not None:
                 changes.append(c.change)
-            nxt = apply(snap, c.change, c.number, c.writer)
-            nxt.log_bytes = 0 if c.change.checkpoint is not None else snap.log_bytes + len(raw)
-            if snap.from_v1:
-                nxt.v1_marker = c.number
-            snap = nxt
+            snap = apply(snap, c.change, c.number, c.writer, len(raw))
         window = min(window * 2, WALK_WINDOW)
 
 
@@ -251,11 +247,12 @@ def resolve(
     if cached is not None and (known is None or cached[0].number >= known.number):
         known, confirmed_at = cached
     snap: Snapshot | None = None
+    hint_read, hinted = False, None
     if known is not None and known.number >= 0 and not known.from_v1:
         fresh = (started - confirmed_at) * 1000 < store.file_delete_delay_ms / 2
         start: Snapshot | None = known
         if not fresh:  # old commits may be gone: the hint tells whether checkpoints passed us
-            hinted = _from_hint(store)
+            hint_read, hinted = True, _from_hint(store)
             start = None
             if hinted is not None:
                 ours = {c.key for c in known.checkpoints}
@@ -265,8 +262,11 @@ def resolve(
                 start = hinted if passed else known
         if start is not None:
             snap = _walk(store, start)
+            if snap is None and start is hinted:
+                hinted = None  # diverged from the hinted checkpoint too: list
     if snap is None:
-        hinted = _from_hint(store)
+        if not hint_read:
+            hinted = _from_hint(store)
         snap = _walk(store, hinted) if hinted is not None else None
         if snap is None:
             snap = _from_listing(store)
@@ -383,10 +383,10 @@ def publish(
             garbage_add=[(k, now) for k in dropped],
             garbage_delete={k for k, t in base.garbage if t + delay <= now},
         )
-        if base.from_v1 and base.number >= 0:
+        if base.from_v1:
             ch.garbage_add.append((manifest_key(base.number), now))
-        ckpt_key = None
-        if _checkpoint_due(base, n):
+        checkpoint = _checkpoint_due(base, n)
+        if checkpoint:
             if base.checkpoints:
                 prev = base.checkpoints[-1]
                 ch.garbage_add += [(commit_key(i), now) for i in range(base.retained_from, prev.number + 1)]
@@ -394,32 +394,30 @@ def publish(
                 ch.retained_from = prev.number + 1
             else:
                 ch.retained_from = n
+        due_now = [k for k, t in ch.garbage_add if t + delay <= now]  # a delete delay of 0
+        if due_now:
+            ch.garbage_add = [(k, t) for k, t in ch.garbage_add if t + delay > now]
+        ckpt_key = None
+        if checkpoint:
             state = apply(base, ch, n, token)
-            state.checkpoints = base.checkpoints[-1:]
-            state.v1_marker = n if base.from_v1 and base.number >= 0 else base.v1_marker
+            state.checkpoints = base.checkpoints[-1:]  # those before it (its own is in its commit)
             raw_ckpt = encode_checkpoint(state, now)
             ckpt_key = checkpoint_key(n, token)
             store.put(ckpt_key, raw_ckpt)
             ch.checkpoint = checkpoint_ref(n, ckpt_key, raw_ckpt)
             step("checkpoint-uploaded")
-        if base.from_v1 and base.number >= 0:
+        if base.from_v1:
             marker = marker_document(n)
             if not store.create(manifest_key(n), marker):
                 existing = _get(store, manifest_key(n))
                 if existing is None or not is_marker(parse_manifest_any(existing, manifest_key(n))):
                     _drop(store, ckpt_key)
                     raise _conflict(store, n, f"a format 1 writer created manifest {n}")
-        due_now = [k for k, t in ch.garbage_add if t + delay <= now]  # a delete delay of 0
-        if due_now:
-            ch.garbage_add = [(k, t) for k, t in ch.garbage_add if t + delay > now]
         raw = encode_commit(n, token, base.writer, now, ch)
         creating_at = time.monotonic()
         if store.create(commit_key(n), raw):
             step("manifest-created")
-            new = apply(base, ch, n, token)
-            new.log_bytes = 0 if ch.checkpoint is not None else base.log_bytes + len(raw)
-            if base.from_v1 and base.number >= 0:
-                new.v1_marker = n
+            new = apply(base, ch, n, token, len(raw))
             remember(store, new, creating_at)
             if ch.checkpoint is not None:
                 try:

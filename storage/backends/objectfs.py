@@ -154,8 +154,7 @@ class ObjectStorage(Storage):
         self.rebases = 0  # commits re-based on other writers' (disjoint) commits
         self.conflicts = 0  # commits that lost to an overlapping one (the operation runs again)
         self._confirmed_at = float("-inf")  # when the snapshot was last known to be the newest
-        self._base: dict[str, _Entry] = {}
-        self._base_dirs: set[str] = set()
+        self._base: dict[str, _Entry] = {}  # the snapshot's files, as working-tree entries
         self._files: dict[str, _Entry] = {}
         self._dirs: set[str] = set()
         self._direct: dict[str, int] | None = None
@@ -188,9 +187,6 @@ class ObjectStorage(Storage):
         """The version of the state this root sees (-1: none yet)."""
         return self.snapshot.number
 
-    @property
-    def writer_token(self) -> str:
-        return self.snapshot.writer
 
     def _step(self, name: str) -> None:
         if self.step_hook is not None:
@@ -226,22 +222,20 @@ class ObjectStorage(Storage):
         listing = {k: v for k, v in self.store.list("").items() if not k.startswith("_pylog/")}
         if not any(_KAFKA_SEGMENT.match(k) for k in listing):
             return False
-        self._base = {k: _Entry(size, key=k) for k, (size, _, _) in listing.items()}
-        self._base_dirs = {d for k in listing if (d := parent(k))}
+        files = {k: Ref(size, key=k) for k, (size, _, _) in listing.items()}
+        self._load(Snapshot(files=files, dirs={d for k in listing if (d := parent(k))}))
         self.kafka_dir = True
-        self._reset_working()
         return True
 
     def _load(self, snap: Snapshot, keep_deferred: bool = False) -> None:
         self.snapshot = snap
         self._base = {p: _Entry(r.size, key=r.key, data=r.data) for p, r in snap.files.items()}
-        self._base_dirs = set(snap.dirs)
         self._reset_working(keep_deferred)
 
     def _reset_working(self, keep_deferred: bool = False) -> None:
         """Working tree = the manifest's; direct objects are listed again when needed."""
         self._files = dict(self._base)
-        self._dirs = set(self._base_dirs)
+        self._dirs = set(self.snapshot.dirs)
         self._direct = None
         if not keep_deferred:
             self._deferred = []
@@ -252,7 +246,7 @@ class ObjectStorage(Storage):
         same bytes, or the clean-shutdown marker a writer removes and writes back, is no change)."""
         if not self._dirty:
             return False
-        if self._dirs != self._base_dirs or self._files.keys() != self._base.keys():
+        if self._dirs != self.snapshot.dirs or self._files.keys() != self._base.keys():
             return True
         for path, e in self._files.items():
             b = self._base[path]

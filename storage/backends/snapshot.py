@@ -229,8 +229,9 @@ def dropped_keys(base: Snapshot, ch: Change) -> list[str]:
     return sorted(out - kept)
 
 
-def apply(base: Snapshot, ch: Change, number: int, writer: str) -> Snapshot:
-    """The state after commit ``number`` (by ``writer``) made ``ch`` on ``base``."""
+def apply(base: Snapshot, ch: Change, number: int, writer: str, size: int = 0) -> Snapshot:
+    """The state after commit ``number`` (by ``writer``, ``size`` bytes) made ``ch`` on ``base``.
+    The first commit after a format 1 manifest is the upgrade: its number is the marker's."""
     s = base.copy()
     for path in ch.delete:
         s.files.pop(path, None)
@@ -243,6 +244,9 @@ def apply(base: Snapshot, ch: Change, number: int, writer: str) -> Snapshot:
         s.checkpoints = [*s.checkpoints[-1:], ch.checkpoint]
     if ch.retained_from is not None:
         s.retained_from = ch.retained_from
+    s.log_bytes = 0 if ch.checkpoint is not None else base.log_bytes + size
+    if base.from_v1:
+        s.v1_marker = number
     s.number, s.writer, s.from_v1 = number, writer, False
     return s
 
