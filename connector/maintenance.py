@@ -18,10 +18,11 @@ Beside running writers (a streaming sink, appends):
   :mod:`pylog.storage.backends.commitlog`), one that races with an append to the same partition
   runs again on the newest state: appends are never lost or duplicated, offsets and values
   never change, readers of older states finish;
-- on local disk a task takes the root's writer lock for its partition's pass (waiting up to
-  ``lock_timeout_s`` for a sink's commit to finish), so tasks of one root take turns: the job
-  still moves the work off the driver and bounds each pause of the writers to one partition's
-  pass, but does not run passes of one root in parallel.
+- on local disk a task reads and rewrites its partition without the root's writer lock and
+  takes the lock (waiting up to ``lock_timeout_s`` for a sink's commit to finish) only for
+  retention and to swap the rewritten segments in, after checking that the segments it read
+  are unchanged (:mod:`pylog.storage.maintenance.detached`); tasks of one root clean in
+  parallel and a sink's commits wait at most for a swap, not for a pass.
 
 Progress shows as Spark job descriptions; the return value sums it up.
 """
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pylog.storage.root.manager as manager
+from pylog.storage.maintenance.detached import DetachedReport, clean_detached
 from pylog.storage.maintenance.runner import maintain
 
 TopicPartition = tuple[str, int]
@@ -53,6 +55,8 @@ class PartitionResult:
     cleaned: bool
     elapsed_s: float
     error: str = ""
+    conflicts: int = 0  # local disk: passes run again because a segment changed while read
+    lock_held_s: float = 0.0  # local disk: time the task held the root's writer lock
 
 
 @dataclass
@@ -125,24 +129,51 @@ def run_partition(
 ) -> PartitionResult:
     """One task: maintenance of one partition (also usable without Spark)."""
     started = time.monotonic()
-    with manager.open_root(path, storage_options, lock_timeout=lock_timeout_s) as root:
-        before = _size(root, tp)
-        report = maintain(
-            root, now=now, partitions=[tp], force=force, retention=retention, compaction=compaction
+
+    def opener(read_only: bool) -> manager.Root:
+        return manager.open_root(path, storage_options, read_only=read_only, lock_timeout=lock_timeout_s)
+
+    with opener(True) as reader:
+        transactional = reader.transactional
+        before = _size(reader, tp)
+    if transactional:  # an object store: one commit, re-based or re-run on a race
+        with opener(False) as root:
+            report = maintain(
+                root, now=now, partitions=[tp], force=force, retention=retention, compaction=compaction
+            )
+        passes, removed, deleted, merged = (
+            report.cleaning,
+            report.records_removed,
+            report.segments_deleted,
+            report.segments_merged,
         )
-        root.refresh()
-        after = _size(root, tp)
+        error, conflicts, held = "; ".join(report.uncleanable.values()), 0, 0.0
+    else:  # a local disk: the writer lock only for retention and the swaps
+        t0 = time.monotonic()
+        deleted = 0
+        if retention:
+            with opener(False) as root:
+                deleted = maintain(root, now=now, partitions=[tp], compaction=False).segments_deleted
+        held = time.monotonic() - t0
+        detached = clean_detached(opener, *tp, now=now, force=force) if compaction else DetachedReport()
+        passes, merged = detached.passes, 0
+        removed = sum(p.records_removed for p in passes)
+        error, conflicts, held = detached.error, detached.conflicts, held + detached.lock_held_s
+    with opener(True) as reader:
+        after = _size(reader, tp)
     return PartitionResult(
         tp[0],
         tp[1],
         before,
         after,
-        report.records_removed,
-        report.segments_deleted,
-        report.segments_merged,
-        bool(report.cleaning),
+        removed,
+        deleted,
+        merged,
+        bool(passes),
         time.monotonic() - started,
-        "; ".join(report.uncleanable.values()),
+        error,
+        conflicts,
+        held,
     )
 
 

@@ -111,6 +111,12 @@ class Storage(ABC):
         """When ``path`` was last modified (ms since the epoch), or None when unknown."""
         return None
 
+    def identity(self, path: str) -> str | None:
+        """A token that changes whenever the file at ``path`` is replaced or modified (None if
+        it does not exist), so that a change made while the file was read can be detected.
+        By default its size; a local disk adds the inode and the modification time."""
+        return str(self.size(path)) if self.exists(path) else None
+
     def open_reader(self, path: str) -> contextlib.AbstractContextManager[Callable[[int, int], bytes]]:
         """A ``read(start, end)`` of ``path`` for many small reads in a row (one open file on a
         local disk); by default :meth:`read` each time."""
@@ -354,6 +360,15 @@ class LocalStorage(Storage):
             return int(self.resolve(path).stat().st_mtime * 1000)
         except OSError:
             return None
+
+    def identity(self, path: str) -> str | None:
+        target = self.resolve(path)
+        with _naming(target, "look it up"):
+            try:
+                st = target.stat()
+            except FileNotFoundError:
+                return None
+        return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
 
     def write_at(self, path: str, edits: list[tuple[int, bytes]]) -> None:
         target = self.resolve(path)

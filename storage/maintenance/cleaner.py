@@ -217,6 +217,9 @@ class CleanResult:
     map_keys: int = 0
     new_segments: list[int] = field(default_factory=list)
     throttled_s: float = 0.0  # slept to stay within log.cleaner.io.max.bytes.per.second
+    staged: list[tuple[LogSegment, list[LogSegment]]] = field(default_factory=list)
+    """With ``stage``: each group's new segment (under the stage suffix) and the segments it is
+    to replace, for the caller to swap in (:mod:`pylog.storage.maintenance.detached`)."""
 
     @property
     def records_removed(self) -> int:
@@ -241,6 +244,7 @@ class Cleaner:
         self._map: OffsetMap | None = None
         self.uncleanable: dict[str, str] = {}
         self._verified: dict[str, tuple[int, int]] = {}  # segment -> file range checked this pass
+        self._stage: str | None = None
 
     @property
     def offset_map(self) -> OffsetMap:
@@ -257,11 +261,16 @@ class Cleaner:
         first_dirty: int | None = None,
         progress: Progress | None = None,
         should_stop: Callable[[], bool] | None = None,
+        stage: str | None = None,
     ) -> CleanResult:
         """One cleaning pass over ``log`` from ``first_dirty`` (default: the log start offset;
         out-of-range values are reset).  ``should_stop`` is polled while the offset map is
         built: answering True ends the map there (a partial pass that still progresses).
-        The pass's reads and writes are throttled to ``log.cleaner.io.max.bytes.per.second``."""
+        The pass's reads and writes are throttled to ``log.cleaner.io.max.bytes.per.second``.
+
+        With ``stage`` (a file suffix) nothing in the log changes: each group's new segment is
+        written under that suffix and listed in ``result.staged``; ``log`` may then be a
+        read-only log beside a writer."""
         ltc = log_to_clean(log, first_dirty, now)
         upper = ltc.first_uncleanable_offset
         start = ltc.first_dirty_offset
@@ -274,7 +283,11 @@ class Cleaner:
             if self.config.throttled
             else None
         )
-        self._clean(log, now, start, upper, omap, result, progress, should_stop, throttle)
+        self._stage = stage
+        try:
+            self._clean(log, now, start, upper, omap, result, progress, should_stop, throttle)
+        finally:
+            self._stage = None
         if throttle is not None:
             result.throttled_s = throttle.slept_s
         return result
@@ -392,8 +405,9 @@ class Cleaner:
         throttle: Throttler | None = None,
     ) -> None:
         base = group[0].base_offset
-        LogSegment(log.storage, log.directory, base, log.config, suffix=".cleaned").delete()  # leftovers
-        cleaned = LogSegment(log.storage, log.directory, base, log.config, suffix=".cleaned", created_ms=now)
+        suffix = self._stage or ".cleaned"
+        LogSegment(log.storage, log.directory, base, log.config, suffix=suffix).delete()  # leftovers
+        cleaned = LogSegment(log.storage, log.directory, base, log.config, suffix=suffix, created_ms=now)
         try:
             cleaned.open_for_append()
             tracker.cleaned_index = cleaned.txn_index
@@ -421,7 +435,12 @@ class Cleaner:
             raise
         finally:
             tracker.cleaned_index = None
-        log.replace_segments([cleaned], group, now=now)
+        if self._stage is None:
+            log.replace_segments([cleaned], group, now=now)
+        else:
+            cleaned.flush()
+            cleaned.close_files()
+            result.staged.append((cleaned, list(group)))
         result.groups += 1
         result.segments_replaced += len(group)
         result.new_segments.append(base)

@@ -171,3 +171,89 @@ def test_a_task_killed_mid_pass_leaves_the_previous_state_and_its_retry_applies_
     # (on local disk the retry's open completes the interrupted swap first, as Kafka's recovery)
     assert retried[1].records_removed == 0  # applied once: a second run finds nothing to remove
     partition_0()
+
+
+def test_a_compaction_job_beside_a_streaming_sink(spark: Any, backend: Backend, tmp_path: Any) -> None:
+    """The job of issue #18's acceptance: a streaming query writes into the compacted topic
+    (its own compactor off) while the job cleans it; afterwards every
+    streamed record is there exactly once and the cleaned part is the cleaner's model."""
+    with backend.open() as root:
+        root.create_topic(
+            "c",
+            3,
+            {"cleanup.policy": "compact", "segment.bytes": "16384"},
+        )
+        _fill(root, 12)
+        before = root.read_table("c")
+    history = {
+        (p, o): (k, v)
+        for p, o, k, v in zip(
+            before.column("partition").to_pylist(),
+            before.column("offset").to_pylist(),
+            before.column("key").to_pylist(),
+            before.column("value").to_pylist(),
+            strict=True,
+        )
+    }
+    stream = (
+        spark.readStream.format("rate-micro-batch")
+        .option("rowsPerBatch", 40)
+        .option("numPartitions", 2)
+        .load()
+        .selectExpr(
+            "concat('live-', cast(value as string)) AS key", "concat('v', cast(value as string)) AS value"
+        )
+        .writeStream.format("pylog")
+        .options(**backend.spark_options())
+        .option("topic", "c")
+        .option("maintenance", "false")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while (stream.lastProgress or {}).get("batchId", -1) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)  # the sink is committing before the job starts
+        summary = maintenance.run(
+            spark,
+            backend.url,
+            storage_options=backend.options or None,
+            force=True,
+            now=int(time.time() * 1000),
+        )
+        batches_during = stream.lastProgress["batchId"]
+        time.sleep(1)
+    finally:
+        stream.stop()
+    assert stream.exception() is None, stream.exception()
+    assert not summary.errors and summary.partitions_cleaned == 3, summary.describe()
+    assert summary.records_removed > 0 and batches_during > 2
+    with backend.open(read_only=True) as r:
+        t = r.read_table("c")
+        written = r.last_committed_batch(next(iter(r._state.queries)))
+    rows = list(
+        zip(
+            t.column("partition").to_pylist(),
+            t.column("offset").to_pylist(),
+            t.column("key").to_pylist(),
+            t.column("value").to_pylist(),
+            strict=True,
+        )
+    )
+    live = sorted(int(v[1:]) for _, _, k, v in rows if k.startswith(b"live-"))
+    assert written is not None and live == list(range(40 * (written + 1)))  # every streamed row, once
+    for p, o, k, v in rows:  # what was there before keeps its offset and value
+        if (p, o) in history:
+            assert history[(p, o)] == (k, v)
+    latest: dict[bytes, bytes] = {}
+    for key in sorted(history):
+        k, v = history[key]
+        latest[k] = v
+    kept = {k: v for _, _, k, v in rows}
+    assert all(kept[k] == v for k, v in latest.items())  # the latest value of every key
+    for p in range(3):  # in order, no offset twice; the prefilled keys compacted
+        offs = [o for q, o, _, _ in rows if q == p]
+        assert offs == sorted(set(offs))
+    old_rows = sum(1 for _, _, k, _ in rows if not k.startswith(b"live-"))
+    assert old_rows < len(history)

@@ -1,0 +1,223 @@
+"""A cleaning pass beside the writer of a local root (storage/maintenance/detached.py): the
+writer lock is held only for the swap, appends made meanwhile stay, and a pass whose segments
+changed while it read is discarded and run again."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from pylog.storage.errors import StorageIOError
+from pylog.storage.maintenance import detached
+from pylog.storage.maintenance.detached import STAGE_MARK, clean_detached
+from pylog.storage.maintenance.runner import maintain
+from pylog.storage.root.manager import open_root
+
+NOW = 1_700_000_000_000
+KEYS = 10
+PAD = b"." * 300
+
+
+def _root(tmp_path: Path) -> Path:
+    path = tmp_path / "root"
+    with open_root(path) as root:
+        root.create_topic(
+            "c",
+            1,
+            {"cleanup.policy": "compact", "segment.bytes": "4096", "min.cleanable.dirty.ratio": "0.01"},
+        )
+        for i in range(60):
+            key = b"k%d" % (i % KEYS)
+            root.append("c", pa.table({"key": [key], "value": [b"v%d-" % i + PAD]}), partition=0)
+    return path
+
+
+def _opener(path: Path, lock_timeout: float = 0.0) -> detached.RootOpener:
+    return lambda read_only: open_root(path, read_only=read_only, lock_timeout=lock_timeout)
+
+
+def _rows(path: Path) -> list[tuple[int, bytes, bytes]]:
+    with open_root(path, read_only=True) as r:
+        t = r.read_table("c")
+    return list(
+        zip(
+            t.column("offset").to_pylist(),
+            t.column("key").to_pylist(),
+            t.column("value").to_pylist(),
+            strict=True,
+        )
+    )
+
+
+def _check_cleaned(history: list[tuple[int, bytes, bytes]], after: list[tuple[int, bytes, bytes]]) -> None:
+    """``after`` is a compaction of everything ``history`` (rows as read at different times,
+    overlapping) ever held: values at their offsets, the latest of every key."""
+    by_offset = {o: (k, v) for o, k, v in history}
+    for o, k, v in after:  # offsets and values never change
+        assert by_offset[o] == (k, v)
+    offsets = [o for o, _, _ in after]
+    assert offsets == sorted(set(offsets))
+    latest = {k: v for _, (k, v) in sorted(by_offset.items())}
+    kept = {k: v for _, k, v in after}
+    assert kept == latest
+
+
+def _hook_before_swap(monkeypatch: pytest.MonkeyPatch, action: Any, times: int = 1) -> list[int]:
+    """Run ``action()`` between a pass's reading and its swap (the first ``times`` passes)."""
+    real = detached._swap
+    calls: list[int] = []
+
+    def swap(*args: Any, **kwargs: Any) -> None:
+        calls.append(1)
+        if len(calls) <= times:
+            action()
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(detached, "_swap", swap)
+    return calls
+
+
+def test_appends_during_the_pass_stay_and_the_lock_is_free_while_it_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _root(tmp_path)
+    before = _rows(path)
+
+    def append_without_waiting() -> None:  # lock_timeout 0: fails if the pass held the lock
+        with open_root(path, lock_timeout=0.0) as root:
+            for i in range(20):
+                root.append("c", pa.table({"key": [b"live"], "value": [b"live-%d" % i + PAD]}), partition=0)
+        before.extend(_rows(path))
+
+    _hook_before_swap(monkeypatch, append_without_waiting)
+    report = clean_detached(_opener(path), "c", 0, now=NOW, force=True)
+    assert not report.error and report.conflicts == 0
+    assert report.passes and report.passes[0].records_removed > 0
+    after = _rows(path)
+    _check_cleaned(before, after)
+    live = [v for _, k, v in after if k == b"live"]
+    assert [v[: v.index(b".")] for v in live] == [b"live-%d" % i for i in range(20)]  # all, once, in order
+    assert len(after) < len(before)
+    assert not [n for n in os.listdir(path / "c-0") if STAGE_MARK in n]
+
+
+def test_a_pass_whose_segments_were_cleaned_meanwhile_is_discarded_and_run_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _root(tmp_path)
+    before = _rows(path)
+
+    def writer_cleans() -> None:  # the sink's embedded compactor, say; then more appends
+        with open_root(path) as root:
+            assert maintain(root, now=NOW, force=True).cleaning
+            for i in range(40):
+                root.append(
+                    "c", pa.table({"key": [b"k%d" % (i % 3)], "value": [b"w%d-" % i + PAD]}), partition=0
+                )
+        before.extend(_rows(path))
+
+    calls = _hook_before_swap(monkeypatch, writer_cleans)
+    report = clean_detached(_opener(path), "c", 0, now=NOW, force=True)
+    assert report.conflicts == 1 and len(calls) == 2, report
+    assert not report.error and report.passes and report.passes[0].records_removed > 0
+    _check_cleaned(before, _rows(path))
+    assert not [n for n in os.listdir(path / "c-0") if STAGE_MARK in n]  # the discarded pass's files
+
+
+def test_retention_between_read_and_swap_is_a_conflict_not_a_resurrection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _root(tmp_path)
+
+    def retention_deletes_the_oldest() -> None:
+        with open_root(path) as root:
+            root.alter_config("c", {"cleanup.policy": "compact,delete", "retention.bytes": "8000"})
+            assert maintain(root, now=NOW, compaction=False).segments_deleted > 0
+            root.alter_config("c", {"cleanup.policy": "compact"})
+
+    _hook_before_swap(monkeypatch, retention_deletes_the_oldest)
+    with open_root(path, read_only=True) as r:
+        start_before = r.log("c", 0).log_start_offset
+    report = clean_detached(_opener(path), "c", 0, now=NOW, force=True)
+    assert report.conflicts == 1, report
+    with open_root(path, read_only=True) as r:
+        lg = r.log("c", 0)
+        assert lg.log_start_offset > start_before  # what retention removed did not come back
+        offsets = r.read_table("c").column("offset").to_pylist()
+    assert min(offsets) >= lg.log_start_offset
+
+
+def test_too_many_conflicts_leave_the_log_as_it_was_and_say_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _root(tmp_path)
+    n = [0]
+
+    def writer_cleans_and_appends() -> None:  # each pass finds its segments changed, and new work
+        with open_root(path) as root:
+            maintain(root, now=NOW, force=True)
+            for _ in range(20):
+                n[0] += 1
+                root.append("c", pa.table({"key": [b"k1"], "value": [b"x%d" % n[0] + PAD]}), partition=0)
+
+    _hook_before_swap(monkeypatch, writer_cleans_and_appends, times=99)
+    report = clean_detached(_opener(path), "c", 0, now=NOW, force=True, attempts=2)
+    assert report.conflicts == 2 and "left for the next run" in report.error
+    assert not report.passes
+    assert not [n for n in os.listdir(path / "c-0") if STAGE_MARK in n]
+
+
+def test_staged_files_of_a_dead_pass_are_swept_when_stale_and_left_by_recovery(tmp_path: Path) -> None:
+    path = _root(tmp_path)
+    d = path / "c-0"
+    stale = d / f"00000000000000000000.log{STAGE_MARK}dead"
+    fresh = d / f"00000000000000000000.log{STAGE_MARK}live"
+    stale.write_bytes(b"x" * 100)
+    fresh.write_bytes(b"x" * 100)
+    old = time.time() - detached.STALE_STAGE_S - 60
+    os.utime(stale, (old, old))
+    with open_root(path) as root:  # a writer's recovery does not touch another process's pass
+        root.writable_log("c", 0)
+    assert stale.exists() and fresh.exists()
+    report = clean_detached(_opener(path), "c", 0, now=NOW, force=True)
+    assert report.stale_files_removed == 1
+    assert not stale.exists() and fresh.exists()
+
+
+def test_an_io_error_while_swapping_stops_with_the_file_named_and_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pylog.storage.backends.fs import LocalStorage
+
+    path = _root(tmp_path)
+    before = _rows(path)
+    real = LocalStorage.rename
+
+    def rename(self: LocalStorage, src: str, dst: str) -> None:
+        if dst.endswith(".swap"):
+            raise StorageIOError.wrap(OSError(28, "No space left on device"), src, "rename it")
+        real(self, src, dst)
+
+    monkeypatch.setattr(LocalStorage, "rename", rename)
+    with pytest.raises(StorageIOError, match="No space left"):
+        clean_detached(_opener(path), "c", 0, now=NOW, force=True)
+    monkeypatch.undo()
+    assert _rows(path) == before  # nothing lost, nothing cleaned
+    report = clean_detached(_opener(path), "c", 0, now=NOW, force=True)  # the fault is gone
+    assert report.passes and not report.error
+    _check_cleaned(before, _rows(path))
+
+
+def test_a_partition_that_is_not_compacted_is_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "root"
+    with open_root(path) as root:
+        root.create_topic("c", 1, {"segment.bytes": "4096"})
+        for i in range(30):
+            root.append("c", pa.table({"key": [b"k"], "value": [b"v%d" % i + PAD]}), partition=0)
+    report = clean_detached(_opener(path), "c", 0, now=NOW, force=True)
+    assert not report.passes and not report.error and report.lock_held_s == 0
