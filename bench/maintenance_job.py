@@ -1,15 +1,17 @@
 """Maintenance as a Spark job: compaction throughput with 2 tasks against 1, and the driver's memory.
 
-    python bench/maintenance_job.py [--quick]
+    python bench/maintenance_job.py [--quick] [--backend local|s3]
 
-moto's S3 server runs in a process of its own on 127.0.0.1 (so that the driver's memory is the
-driver's).  Two identical roots are written: a compacted topic of 4 partitions, each holding
-``--mb`` MiB (64; 16 with ``--quick``) of 1 KiB records over 2,000 keys per partition in sealed
-1 MiB segments.  ``pylog.connector.maintenance.run(..., force=True)`` then compacts one root
-with at most 1 task and the other with at most 2 (local[2]).  Reported: the dirty bytes per
-second of each, their ratio, and the driver process's peak RSS while the jobs run (VmHWM, reset
-before each job: the roots are written before) against the bytes of the log.  Prints a
-table, then one JSON object as its last line.
+The roots live in a temporary directory (``local``, the default), or on moto's S3 server, run
+in a process of its own on 127.0.0.1 (so that the driver's memory is the driver's; the server
+then shares the 2 cores with the tasks).  Two identical roots are written: a compacted topic of
+4 partitions, each holding ``--mb`` MiB (64; 16 with ``--quick``) of 1 KiB records over 2,000
+keys per partition in sealed 1 MiB segments.  ``pylog.connector.maintenance.run(...,
+force=True)`` then compacts one root with at most 1 task and the other with at most 2
+(local[2]).  Reported: the dirty bytes per second of each, their ratio, the time the tasks held
+the root's writer lock (local disk), and the driver process's peak RSS while the jobs run
+(VmHWM, reset before each job: the roots are written before) against the bytes of the log.
+Prints a table, then one JSON object as its last line.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from typing import Any
@@ -69,7 +73,7 @@ def start_moto() -> tuple[subprocess.Popen[bytes], dict[str, str]]:
             time.sleep(0.2)
 
 
-def fill(url: str, opts: dict[str, str], mib: int) -> int:
+def fill(url: str, opts: dict[str, str] | None, mib: int) -> int:
     rng = np.random.default_rng(3)
     with pylog.open(url, opts) as root:
         root.create_topic(
@@ -96,15 +100,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--mb", type=int, default=64, help="MiB per partition")
+    ap.add_argument("--backend", choices=["local", "s3"], default="local")
     args = ap.parse_args()
     mib = 16 if args.quick else args.mb
-    proc, opts = start_moto()
+    proc: subprocess.Popen[bytes] | None = None
+    opts: dict[str, str] | None = None
+    if args.backend == "s3":
+        proc, opts = start_moto()
+        base = f"s3://{BUCKET}"
+    else:
+        base = tempfile.mkdtemp(prefix="pylog-bench-maintenance-")
     spark = local_spark("pylog-bench-maintenance")
     results: dict[str, Any] = {}
     try:
-        urls = {n: f"s3://{BUCKET}/{uuid.uuid4().hex[:8]}" for n in (1, 2)}
+        urls = {n: f"{base}/{uuid.uuid4().hex[:8]}" for n in (1, 2)}
         sizes = {n: fill(url, opts, mib) for n, url in urls.items()}
-        warm = f"s3://{BUCKET}/{uuid.uuid4().hex[:8]}"
+        warm = f"{base}/{uuid.uuid4().hex[:8]}"
         fill(warm, opts, 1)
         maintenance.run(spark, warm, storage_options=opts, force=True)  # Python workers, imports
         for n in (1, 2):
@@ -120,16 +131,21 @@ def main() -> None:
                 "bytes_before": summary.bytes_before,
                 "bytes_after": summary.bytes_after,
                 "driver_peak_rss_bytes": int(peak_mib * 2**20),
+                "lock_held_s": round(sum(p.lock_held_s for p in summary.partitions), 2),
             }
             print(
                 f"{n} task(s): {summary.describe()}; {results[str(n)]['dirty_MBps']} MB/s of log", flush=True
             )
     finally:
         spark.stop()
-        proc.kill()
+        if proc is not None:
+            proc.kill()
+        else:
+            shutil.rmtree(base, ignore_errors=True)
     peak = max(r["driver_peak_rss_bytes"] for r in results.values())
     out = {
         "bench": "maintenance_job",
+        "backend": args.backend,
         "partitions": PARTITIONS,
         "log_bytes": sizes[1],
         "tasks": results,

@@ -29,6 +29,8 @@ Progress shows as Spark job descriptions; the return value sums it up.
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -57,6 +59,7 @@ class PartitionResult:
     error: str = ""
     conflicts: int = 0  # local disk: passes run again because a segment changed while read
     lock_held_s: float = 0.0  # local disk: time the task held the root's writer lock
+    worker: str = ""  # host:pid of the process that ran the task
 
 
 @dataclass
@@ -174,6 +177,7 @@ def run_partition(
         error,
         conflicts,
         held,
+        f"{socket.gethostname()}:{os.getpid()}",
     )
 
 

@@ -3,8 +3,14 @@ beside a writer appending to the same topic, on local disk and moto's S3 server.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 import time
+import uuid
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -12,19 +18,10 @@ import pyarrow.compute
 import pytest
 
 from pylog.connector import maintenance
-from tests.conftest import Backend
+from tests.conftest import BUCKET, Backend
+from tests.connector.maintenance_helpers import PAD, check_compacted, fill, job_beside_stream, rows_of
 
-KEYS = 20
-PAD = b"." * 700  # 8 records a commit: over 4 KiB, so each commit seals its segment on S3
-
-
-def _fill(root: Any, rounds: int) -> None:
-    for i in range(rounds):
-        for p in range(3):
-            keys = [b"k%d-%d" % (p, (i * 8 + j) % KEYS) for j in range(8)]
-            root.append(
-                "c", pa.table({"key": keys, "value": [b"r%d-%s" % (i, k) + PAD for k in keys]}), partition=p
-            )
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_compaction_job_beside_a_writer_keeps_every_append_and_the_latest_values(
@@ -36,18 +33,8 @@ def test_a_compaction_job_beside_a_writer_keeps_every_append_and_the_latest_valu
             3,
             {"cleanup.policy": "compact", "segment.bytes": "16384", "min.cleanable.dirty.ratio": "0.01"},
         )
-        _fill(root, 12)
-        before = root.read_table("c")
-    by_offset = {
-        (p, o): (k, v)
-        for p, o, k, v in zip(
-            before.column("partition").to_pylist(),
-            before.column("offset").to_pylist(),
-            before.column("key").to_pylist(),
-            before.column("value").to_pylist(),
-            strict=True,
-        )
-    }
+        fill(root, 12)
+        history = rows_of(root.read_table("c"))
     stop = threading.Event()
     appended: list[bytes] = []
     errors: list[BaseException] = []
@@ -84,30 +71,10 @@ def test_a_compaction_job_beside_a_writer_keeps_every_append_and_the_latest_valu
     after_bytes = {(p.topic, p.partition): p.bytes_after for p in summary.partitions}
     assert all(p.bytes_after < p.bytes_before for p in summary.partitions), after_bytes
     with backend.open(read_only=True) as r:
-        t = r.read_table("c")
-    rows = list(
-        zip(
-            t.column("partition").to_pylist(),
-            t.column("offset").to_pylist(),
-            t.column("key").to_pylist(),
-            t.column("value").to_pylist(),
-            strict=True,
-        )
-    )
+        rows = rows_of(r.read_table("c"))
     live = [v for _, _, _, v in rows if v.startswith(b"live-")]
     assert sorted(live) == sorted(appended) and len(live) == len(set(live))  # every append, once
-    for p, o, k, v in rows:  # what was there before keeps its offset and value
-        if (p, o) in by_offset:
-            assert by_offset[(p, o)] == (k, v)
-    latest: dict[bytes, bytes] = {}
-    for p, o in sorted(by_offset):
-        k, v = by_offset[(p, o)]
-        latest[k] = v
-    kept = {k: v for _, _, k, v in rows}
-    assert all(kept[k] == v for k, v in latest.items())  # the latest value of every key survives
-    for p in range(3):
-        offs = [o for q, o, _, _ in rows if q == p]
-        assert offs == sorted(set(offs))
+    check_compacted(history, rows)
 
 
 class Crash(BaseException):
@@ -122,7 +89,7 @@ def test_a_task_killed_mid_pass_leaves_the_previous_state_and_its_retry_applies_
 
     with backend.open() as root:
         root.create_topic("c", 3, {"cleanup.policy": "compact", "segment.bytes": "16384"})
-        _fill(root, 12)
+        fill(root, 12)
         before = root.read_table("c")
     now = int(time.time() * 1000)
     options = backend.options or None
@@ -175,85 +142,32 @@ def test_a_task_killed_mid_pass_leaves_the_previous_state_and_its_retry_applies_
 
 def test_a_compaction_job_beside_a_streaming_sink(spark: Any, backend: Backend, tmp_path: Any) -> None:
     """The job of issue #18's acceptance: a streaming query writes into the compacted topic
-    (its own compactor off) while the job cleans it; afterwards every
-    streamed record is there exactly once and the cleaned part is the cleaner's model."""
-    with backend.open() as root:
-        root.create_topic(
-            "c",
-            3,
-            {"cleanup.policy": "compact", "segment.bytes": "16384"},
-        )
-        _fill(root, 12)
-        before = root.read_table("c")
-    history = {
-        (p, o): (k, v)
-        for p, o, k, v in zip(
-            before.column("partition").to_pylist(),
-            before.column("offset").to_pylist(),
-            before.column("key").to_pylist(),
-            before.column("value").to_pylist(),
-            strict=True,
-        )
-    }
-    stream = (
-        spark.readStream.format("rate-micro-batch")
-        .option("rowsPerBatch", 40)
-        .option("numPartitions", 2)
-        .load()
-        .selectExpr(
-            "concat('live-', cast(value as string)) AS key", "concat('v', cast(value as string)) AS value"
-        )
-        .writeStream.format("pylog")
-        .options(**backend.spark_options())
-        .option("topic", "c")
-        .option("maintenance", "false")
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(processingTime="200 milliseconds")
-        .start()
+    (its own compactor off) while the job cleans it (see :func:`job_beside_stream`)."""
+    summary = job_beside_stream(spark, backend.url, backend.options, str(tmp_path / "ck"))
+    if backend.is_local:
+        assert all(p.lock_held_s < p.elapsed_s for p in summary.partitions)
+
+
+def test_the_job_on_a_local_cluster(s3_server: Any, tmp_path: Path) -> None:
+    """The same on Spark's ``local-cluster`` master, with two executor processes of their own,
+    on local disk and on S3 (in a subprocess, since a process has one SparkContext and the
+    tests' session is local[2])."""
+    runs = [
+        [str(tmp_path / "root"), {}, str(tmp_path / "ck-local")],
+        [f"s3://{BUCKET}/{uuid.uuid4().hex[:12]}", dict(s3_server.options), str(tmp_path / "ck-s3")],
+    ]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.connector.maintenance_helpers", json.dumps(runs)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
-    try:
-        deadline = time.monotonic() + 120
-        while (stream.lastProgress or {}).get("batchId", -1) < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)  # the sink is committing before the job starts
-        summary = maintenance.run(
-            spark,
-            backend.url,
-            storage_options=backend.options or None,
-            force=True,
-            now=int(time.time() * 1000),
-        )
-        batches_during = stream.lastProgress["batchId"]
-        time.sleep(1)
-    finally:
-        stream.stop()
-    assert stream.exception() is None, stream.exception()
-    assert not summary.errors and summary.partitions_cleaned == 3, summary.describe()
-    assert summary.records_removed > 0 and batches_during > 2
-    with backend.open(read_only=True) as r:
-        t = r.read_table("c")
-        written = r.last_committed_batch(next(iter(r._state.queries)))
-    rows = list(
-        zip(
-            t.column("partition").to_pylist(),
-            t.column("offset").to_pylist(),
-            t.column("key").to_pylist(),
-            t.column("value").to_pylist(),
-            strict=True,
-        )
-    )
-    live = sorted(int(v[1:]) for _, _, k, v in rows if k.startswith(b"live-"))
-    assert written is not None and live == list(range(40 * (written + 1)))  # every streamed row, once
-    for p, o, k, v in rows:  # what was there before keeps its offset and value
-        if (p, o) in history:
-            assert history[(p, o)] == (k, v)
-    latest: dict[bytes, bytes] = {}
-    for key in sorted(history):
-        k, v = history[key]
-        latest[k] = v
-    kept = {k: v for _, _, k, v in rows}
-    assert all(kept[k] == v for k, v in latest.items())  # the latest value of every key
-    for p in range(3):  # in order, no offset twice; the prefilled keys compacted
-        offs = [o for q, o, _, _ in rows if q == p]
-        assert offs == sorted(set(offs))
-    old_rows = sum(1 for _, _, k, _ in rows if not k.startswith(b"live-"))
-    assert old_rows < len(history)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(results) == 2
+    for result in results:
+        assert result["master"].startswith("local-cluster") and result["executors"] == 2, result
+        assert result["partitions_cleaned"] == 3 and result["task_pids"] >= 2, result

@@ -32,11 +32,7 @@ def opts(where: Path | Backend, **extra: str) -> sink.SinkOptions:
 def staged_files(backend: Backend) -> list[str]:
     """Staged files left in the partitions of topic t (local disk or object store alike)."""
     with backend.open(read_only=True) as r:
-        return [
-            name
-            for p in range(r.partitions("t"))
-            for name in r.storage.listdir_staged(f"t-{p}")
-        ]
+        return [name for p in range(r.partitions("t")) for name in r.storage.listdir_staged(f"t-{p}")]
 
 
 def schema(*cols: tuple[str, object]) -> StructType:
