@@ -153,7 +153,12 @@ def test_analyst_notebook_executes_with_its_plots(tmp_path: Path, monkeypatch: p
     nb = nbformat.read(EXAMPLES / "analyst.ipynb", as_version=4)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit it without outputs"
     client = NotebookClient(
-        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+        nb,
+        timeout=300,  # per cell; the slowest takes seconds
+        startup_timeout=120,
+        shutdown_kernel="immediate",  # no graceful wait for a kernel stuck in a JVM call
+        kernel_name="python3",
+        resources={"metadata": {"path": str(tmp_path)}},
     )
     client.execute()  # raises CellExecutionError, with the cell and traceback, if a cell fails
     plot_cells = [c for c in nb.cells if c.cell_type == "code" and "plt.show()" in c.source]
