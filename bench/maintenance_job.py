@@ -6,7 +6,7 @@ The roots live in a temporary directory (``local``, the default), or on moto's S
 in a process of its own on 127.0.0.1 (so that the driver's memory is the driver's; the server
 then shares the 2 cores with the tasks).  Two identical roots are written: a compacted topic of
 4 partitions, each holding ``--mb`` MiB (64; 16 with ``--quick``) of 1 KiB records over 2,000
-keys per partition in sealed 1 MiB segments.  ``pylog.connector.maintenance.run(...,
+keys per partition in sealed segments of ``--segment-mb`` MiB (1).  ``pylog.connector.maintenance.run(...,
 force=True)`` then compacts one root with at most 1 task and the other with at most 2
 (local[2]).  Reported: the dirty bytes per second of each, their ratio, the time the tasks held
 the root's writer lock (local disk), and the driver process's peak RSS while the jobs run
@@ -73,13 +73,17 @@ def start_moto() -> tuple[subprocess.Popen[bytes], dict[str, str]]:
             time.sleep(0.2)
 
 
-def fill(url: str, opts: dict[str, str] | None, mib: int) -> int:
+def fill(url: str, opts: dict[str, str] | None, mib: int, segment_mib: int = 1) -> int:
     rng = np.random.default_rng(3)
     with pylog.open(url, opts) as root:
         root.create_topic(
             "c",
             PARTITIONS,
-            {"cleanup.policy": "compact", "segment.bytes": str(1 << 20), "min.cleanable.dirty.ratio": "0.01"},
+            {
+                "cleanup.policy": "compact",
+                "segment.bytes": str(segment_mib << 20),
+                "min.cleanable.dirty.ratio": "0.01",
+            },
         )
         per_append = 1000
         for _ in range(mib):
@@ -101,6 +105,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--mb", type=int, default=64, help="MiB per partition")
     ap.add_argument("--backend", choices=["local", "s3"], default="local")
+    ap.add_argument("--segment-mb", type=int, default=1, help="segment.bytes in MiB")
     args = ap.parse_args()
     mib = 16 if args.quick else args.mb
     proc: subprocess.Popen[bytes] | None = None
@@ -114,7 +119,7 @@ def main() -> None:
     results: dict[str, Any] = {}
     try:
         urls = {n: f"{base}/{uuid.uuid4().hex[:8]}" for n in (1, 2)}
-        sizes = {n: fill(url, opts, mib) for n, url in urls.items()}
+        sizes = {n: fill(url, opts, mib, args.segment_mb) for n, url in urls.items()}
         warm = f"{base}/{uuid.uuid4().hex[:8]}"
         fill(warm, opts, 1)
         maintenance.run(spark, warm, storage_options=opts, force=True)  # Python workers, imports
@@ -146,6 +151,7 @@ def main() -> None:
     out = {
         "bench": "maintenance_job",
         "backend": args.backend,
+        "segment_bytes": args.segment_mb << 20,
         "partitions": PARTITIONS,
         "log_bytes": sizes[1],
         "tasks": results,

@@ -139,6 +139,9 @@ def run_partition(
     with opener(True) as reader:
         transactional = reader.transactional
         before = _size(reader, tp)
+        lg = reader.log(*tp)  # retention of a compacted-only topic removes only what lies below
+        below_start = len(lg.segments) > 1 and lg.segments[1].base_offset <= lg.log_start_offset
+        retention = retention and (lg.config.delete or below_start)  # the log start (no lock else)
     if transactional:  # an object store: one commit, re-based or re-run on a race
         with opener(False) as root:
             report = maintain(

@@ -93,6 +93,7 @@ def _checkpoint_due(base: Snapshot, n: int) -> bool:
     last = base.checkpoints[-1]
     return n - last.number >= CHECKPOINT_INTERVAL and base.log_bytes * CHECKPOINT_BYTES_RATIO >= last.size
 
+
 REBASES = 8
 """How often one commit is re-based on winners of the race before the operation runs again."""
 

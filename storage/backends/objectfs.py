@@ -187,7 +187,6 @@ class ObjectStorage(Storage):
         """The version of the state this root sees (-1: none yet)."""
         return self.snapshot.number
 
-
     def _step(self, name: str) -> None:
         if self.step_hook is not None:
             self.step_hook(name)

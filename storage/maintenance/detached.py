@@ -17,9 +17,11 @@ three steps:
    log's segments of that range with the identities taken in step 1.  Only appends may happen
    meanwhile, and they never touch a sealed segment below the first uncleanable offset (the
    active segment may roll: that seals a segment above the range).  If every group checks out,
-   each staged segment is renamed ``.cleaned`` and swapped in with the usual protocol
-   (``.cleaned`` → ``.swap`` → final, the old segments → ``.deleted``; recovery completes or
-   undoes a crash in the middle), then the cleaner checkpoint is raised to the pass's end.
+   the staged segments are renamed ``.cleaned`` and swapped in together with the usual
+   protocol (``.cleaned`` → ``.swap`` → final, the old segments → ``.deleted``; recovery
+   completes or undoes a crash in the middle; the groups are consecutive, so they replace one
+   contiguous range), then the cleaner checkpoint is raised to the pass's end.  The files were
+   fsynced in step 1, so the lock is held for renames and a few directory fsyncs.
 3. **A conflict** (another cleaner, retention or a repair changed a segment of the range while
    the pass read) discards the staged segments and runs the pass again on the new state, up
    to ``attempts`` times; the log is never changed by a pass that read a state that is gone.
@@ -163,22 +165,26 @@ def _swap(
 ) -> None:
     if not res.staged and res.end_offset <= res.first_dirty_offset:
         return
-    t0 = time.monotonic()
+    replaced: list[LogSegment] = []
+    held_from: float | None = None
+    root = opener(False)
     try:
-        with contextlib.closing(opener(False)) as root:
-            log = root.writable_log(topic, partition)
-            current = {s.base_offset: s for s in log.segments[:-1]}
-            plan: list[tuple[LogSegment, list[LogSegment]]] = []
-            for staged, group in res.staged:
-                bases = [s.base_offset for s in group]
-                lo, hi = bases[0], bases[-1]
-                in_range = sorted(b for b in current if lo <= b <= hi)
-                if in_range != bases or any(
-                    log.storage.identity(current[b].log_path) != identities.get(b) for b in bases
-                ):
-                    raise _Conflict()
-                plan.append((staged, [current[b] for b in bases]))
-            for staged, old in plan:
+        root.become_writer()  # waits for a sink's commit to finish (the opener's lock timeout)
+        held_from = time.monotonic()
+        log = root.writable_log(topic, partition)
+        current = {s.base_offset: s for s in log.segments[:-1]}
+        plan: list[tuple[LogSegment, list[LogSegment]]] = []
+        for staged, group in res.staged:
+            bases = [s.base_offset for s in group]
+            in_range = sorted(b for b in current if bases[0] <= b <= bases[-1])
+            if in_range != bases or any(
+                log.storage.identity(current[b].log_path) != identities.get(b) for b in bases
+            ):
+                raise _Conflict()
+            plan.append((staged, [current[b] for b in bases]))
+        if plan:  # one replacement of the whole (contiguous) range: a few directory fsyncs
+            new = []
+            for staged, _ in plan:
                 seg = LogSegment(
                     log.storage,
                     log.directory,
@@ -188,13 +194,19 @@ def _swap(
                     created_ms=now,
                 )
                 seg.change_suffix(".cleaned")
-                log.replace_segments([seg], old, now=now)
-            points = ckpt.read_offsets(log.storage, ckpt.CLEANER_OFFSET)
-            key = (topic, partition)
-            points[key] = max(points.get(key, 0), res.end_offset)
-            ckpt.write_offsets(log.storage, ckpt.CLEANER_OFFSET, points)
+                new.append(seg)
+            log.replace_segments(new, [s for _, old in plan for s in old], now=now)
+            replaced = log.take_pending_deletes()
+        points = ckpt.read_offsets(log.storage, ckpt.CLEANER_OFFSET)
+        key = (topic, partition)
+        points[key] = max(points.get(key, 0), res.end_offset)
+        ckpt.write_offsets(log.storage, ckpt.CLEANER_OFFSET, points)
     finally:
-        report.lock_held_s += time.monotonic() - t0
+        root.close()
+        if held_from is not None:
+            report.lock_held_s += time.monotonic() - held_from
+    for seg in replaced:  # the old files, now named .deleted, go without holding the lock
+        seg.delete()
 
 
 def _changed(log: Log, identities: dict[int, str | None]) -> bool:

@@ -649,6 +649,14 @@ class Log(ConsistentReads):
         self._pending_deletes = [(t, s) for t, s in self._pending_deletes if not (force or t <= now)]
         return len(due)
 
+    def take_pending_deletes(self) -> list[LogSegment]:
+        """The ``.deleted`` segments waiting for their deletion, which this log then forgets:
+        the caller deletes them (after releasing the writer lock, say; the next writer's
+        recovery removes any that are left)."""
+        out = [s for _, s in self._pending_deletes]
+        self._pending_deletes = []
+        return out
+
     def close(self) -> None:
         if not self.read_only and self._failed is None:
             self.flush()

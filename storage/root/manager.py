@@ -207,6 +207,11 @@ class Root(Transactions):
         (None: no record, e.g. a Kafka log directory); a reader never reads at or beyond it."""
         return self._state.high_watermarks.get((topic, int(partition)))
 
+    def become_writer(self) -> None:
+        """Take the writer lock now (on local disk, waiting up to ``lock_timeout``) instead of
+        at the first write; the recovery of the logs still happens as each is opened."""
+        self._ensure_writer()
+
     def writable_log(self, topic: str, partition: int) -> Log:
         self._ensure_writer()
         return self.log(topic, partition)
