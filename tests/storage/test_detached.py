@@ -221,3 +221,44 @@ def test_a_partition_that_is_not_compacted_is_left_alone(tmp_path: Path) -> None
             root.append("c", pa.table({"key": [b"k"], "value": [b"v%d" % i + PAD]}), partition=0)
     report = clean_detached(_opener(path), "c", 0, now=NOW, force=True)
     assert not report.passes and not report.error and report.lock_held_s == 0
+
+
+class Killed(BaseException):
+    """The process running the pass dies here."""
+
+
+def test_a_pass_killed_while_writing_leaves_the_log_as_it_was_and_its_retry_applies_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pylog.storage.maintenance.cleaner import Cleaner
+    from pylog.tools.inspect import verify
+
+    path = _root(tmp_path)
+    before = _rows(path)
+    real = Cleaner._clean_group
+    groups = [0]
+
+    def clean_group(self: Cleaner, *args: Any, **kwargs: Any) -> None:
+        groups[0] += 1
+        if groups[0] == 3:  # two groups staged, the third half written
+            raise Killed()
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Cleaner, "_clean_group", clean_group)
+    with pytest.raises(Killed):
+        clean_detached(_opener(path), "c", 0, now=NOW, force=True)
+    monkeypatch.undo()
+    left = [n for n in os.listdir(path / "c-0") if STAGE_MARK in n]
+    assert left  # what a killed process leaves: staged files, nothing else changed
+    assert _rows(path) == before
+    with open_root(path) as root:  # a writer opens, appends, verifies: the leftovers are inert
+        root.append("c", pa.table({"key": [b"k0"], "value": [b"after-" + PAD]}), partition=0)
+        problems, _ = verify(root)
+    assert not problems, problems
+    history = before + _rows(path)
+    report = clean_detached(_opener(path), "c", 0, now=NOW, force=True)
+    assert report.passes and report.passes[0].records_removed > 0 and not report.error
+    again = clean_detached(_opener(path), "c", 0, now=NOW, force=True)
+    assert sum(p.records_removed for p in again.passes) == 0  # applied once
+    _check_cleaned(history, _rows(path))
+    assert sorted(n for n in os.listdir(path / "c-0") if STAGE_MARK in n) == sorted(left)  # until stale
