@@ -17,6 +17,7 @@ from pylog.storage.maintenance import detached
 from pylog.storage.maintenance.detached import STAGE_MARK, clean_detached
 from pylog.storage.maintenance.runner import maintain
 from pylog.storage.root.manager import open_root
+from tests.storage.compaction_util import rows
 
 NOW = 1_700_000_000_000
 KEYS = 10
@@ -43,15 +44,7 @@ def _opener(path: Path, lock_timeout: float = 0.0) -> detached.RootOpener:
 
 def _rows(path: Path) -> list[tuple[int, bytes, bytes]]:
     with open_root(path, read_only=True) as r:
-        t = r.read_table("c")
-    return list(
-        zip(
-            t.column("offset").to_pylist(),
-            t.column("key").to_pylist(),
-            t.column("value").to_pylist(),
-            strict=True,
-        )
-    )
+        return [(o, k, v) for o, k, v in rows(r.log("c", 0)) if k is not None and v is not None]
 
 
 def _check_cleaned(history: list[tuple[int, bytes, bytes]], after: list[tuple[int, bytes, bytes]]) -> None:
