@@ -181,6 +181,8 @@ def _swap(
                 log.storage.identity(current[b].log_path) != identities.get(b) for b in bases
             ):
                 raise _Conflict()
+            if not log.storage.exists(staged.log_path) or log.storage.size(staged.log_path) != staged.size:
+                raise _Conflict()  # swept as a dead pass's (a pass older than STALE_STAGE_S)
             plan.append((staged, [current[b] for b in bases]))
         if plan:  # one replacement of the whole (contiguous) range: a few directory fsyncs
             new = []

@@ -255,3 +255,20 @@ def test_a_pass_killed_while_writing_leaves_the_log_as_it_was_and_its_retry_appl
     assert sum(p.records_removed for p in again.passes) == 0  # applied once
     _check_cleaned(history, _rows(path))
     assert sorted(n for n in os.listdir(path / "c-0") if STAGE_MARK in n) == sorted(left)  # until stale
+
+
+def test_a_staged_segment_swept_before_the_swap_is_a_conflict_not_a_hole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _root(tmp_path)
+    before = _rows(path)
+    d = path / "c-0"
+
+    def another_pass_sweeps_it() -> None:  # as for a pass older than STALE_STAGE_S
+        staged = sorted(n for n in os.listdir(d) if STAGE_MARK in n and ".log" in n)
+        (d / staged[0]).unlink()
+
+    _hook_before_swap(monkeypatch, another_pass_sweeps_it)
+    report = clean_detached(_opener(path), "c", 0, now=NOW, force=True)
+    assert report.conflicts == 1 and report.passes, report  # the second pass did the work
+    _check_cleaned(before, _rows(path))  # no offset lost
