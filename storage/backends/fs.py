@@ -132,6 +132,11 @@ class Storage(ABC):
     """True if :meth:`write_at` is supported: files are modified in place (a local disk), so a
     staged segment can be patched and renamed into a log instead of being copied."""
 
+    def adopt(self, staged: str, path: str, size: int, patch: bytes | None = None) -> None:
+        """Make the staged object ``staged`` (of ``size`` bytes) the file ``path`` without
+        copying it, read with ``patch`` over it: object stores only."""
+        raise StorageError(f"{self.describe()}/{path}: this storage cannot adopt staged objects")
+
     def write_at(self, path: str, edits: list[tuple[int, bytes]]) -> None:
         """Overwrite bytes of an existing file in place (``(position, bytes)`` each, inside the
         file) and fsync it.  Only where :attr:`writes_in_place`."""

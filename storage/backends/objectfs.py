@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pylog.storage.backends import commitlog, orphans
+from pylog.storage.backends import commitlog, orphans, overlay
 from pylog.storage.backends.fs import AppendFile, Storage
 from pylog.storage.backends.manifest import DIRECT, MANIFESTS, holds_inline, is_direct, parent, upload_key
 from pylog.storage.backends.objectstore import ObjectStore
@@ -67,6 +67,7 @@ class _Entry:
     key: str | None = None  # committed object
     data: bytes | bytearray | None = None  # inline (committed) or written in this transaction
     local: bool = False  # written since the last commit
+    patch: bytes | None = None  # 8-byte values read over the object (see snapshot.Ref.patch)
 
 
 class _VirtualAppend(AppendFile):
@@ -228,7 +229,7 @@ class ObjectStorage(Storage):
 
     def _load(self, snap: Snapshot, keep_deferred: bool = False) -> None:
         self.snapshot = snap
-        self._base = {p: _Entry(r.size, key=r.key, data=r.data) for p, r in snap.files.items()}
+        self._base = {p: _Entry(r.size, key=r.key, data=r.data, patch=r.patch) for p, r in snap.files.items()}
         self._reset_working(keep_deferred)
 
     def _reset_working(self, keep_deferred: bool = False) -> None:
@@ -299,8 +300,8 @@ class ObjectStorage(Storage):
                 base = self.snapshot.files.get(path)
                 files[path] = (
                     base
-                    if base is not None
-                    else Ref(e.size, e.key, None if e.data is None else bytes(e.data))
+                    if base is not None and base.key == e.key and base.patch == e.patch
+                    else Ref(e.size, e.key, None if e.data is None else bytes(e.data), e.patch)
                 )
         self._step("before-upload")
         uploaded_at = time.monotonic()
@@ -343,8 +344,18 @@ class ObjectStorage(Storage):
         assert ref.key is not None
         return self._reader.read(ref.key, ref.size, 0, ref.size)
 
+    def _adopted(self) -> set[str]:
+        """Keys of staged objects the state adopted as files (never deleted as staged data)."""
+        return {
+            e.key
+            for files in (self._base, self._files)
+            for e in files.values()
+            if e.key is not None and e.key.startswith(DIRECT)
+        }
+
     def _run_deferred(self, extra: list[str] | None = None) -> None:
-        keys = [DIRECT + p for p in self._deferred] + list(extra or [])
+        adopted = self._adopted() if self._deferred else set()
+        keys = [DIRECT + p for p in self._deferred if DIRECT + p not in adopted] + list(extra or [])
         self._deferred = []
         if keys:
             try:
@@ -412,7 +423,12 @@ class ObjectStorage(Storage):
         if e.data is not None:
             return bytes(e.data[start:end])
         assert e.key is not None
-        return self._reader.read(e.key, e.size, start, end)
+        if e.patch is None:
+            return self._reader.read(e.key, e.size, start, end)
+        key = e.key
+        return overlay.read_patched(
+            lambda lo, hi: self._reader.read(key, e.size, lo, hi), e.patch, start, end
+        )
 
     def size(self, path: str) -> int:
         path = self.check_relative(path)
@@ -452,10 +468,14 @@ class ObjectStorage(Storage):
         """Staged objects under ``path`` (one LIST of the direct objects per transaction)."""
         path = self.check_relative(path)
         prefix = f"{path}/"
+        adopted = self._adopted()
         return sorted(
             p[len(prefix) :]
             for p in self._direct_listing()
-            if p.startswith(prefix) and "/" not in p[len(prefix) :] and p not in self._deferred
+            if p.startswith(prefix)
+            and "/" not in p[len(prefix) :]
+            and p not in self._deferred
+            and DIRECT + p not in adopted
         )
 
     def makedirs(self, path: str) -> None:
@@ -526,7 +546,7 @@ class ObjectStorage(Storage):
         if is_direct(path):
             if self.in_transaction:  # a commit that loses a race must still find its staged data
                 self._deferred.append(path)
-            else:
+            elif DIRECT + path not in self._adopted():
                 self.store.delete([DIRECT + path])
             if self._direct is not None:
                 self._direct.pop(path, None)
@@ -543,6 +563,40 @@ class ObjectStorage(Storage):
             if any(p.startswith(path + "/") for p in self._files):
                 raise StorageError(f"{self.store.url}/{path}: directory not empty")
             self._dirs.discard(path)
+            self._dirty = True
+
+    def adopt(self, staged: str, path: str, size: int, patch: bytes | None = None) -> None:
+        """Make the staged (direct) object ``staged`` (``size`` bytes, as its writer reported:
+        nothing is listed) the file ``path`` of the tree as it is - no download, no upload -
+        read with ``patch`` put over it (see ``snapshot.Ref.patch``).
+        The object then belongs to the state: deleting or sweeping it as staged data is
+        skipped, and it is deleted as garbage once a later state no longer refers to it."""
+        staged, path = self.check_relative(staged), self.check_relative(path)
+        self._check_writable(path)
+        if not is_direct(staged) or is_direct(path):
+            raise StorageError(f"{self.store.url}: cannot adopt {staged!r} as {path!r}")
+        with self._lock:
+            self._files[path] = _Entry(size, key=DIRECT + staged, patch=patch)
+            self._dirs.add(parent(path)) if parent(path) else None
+            self._dirty = True
+
+    writes_in_place = False  # tasks stage whole objects; a commit adopts them (adopt, write_at)
+
+    def write_at(self, path: str, edits: list[tuple[int, bytes]]) -> None:
+        """8-byte ``edits`` of an object of the tree: recorded as its patch (applied on every
+        read; nothing is downloaded or uploaded); of a file written in this transaction:
+        applied to its bytes."""
+        path = self.check_relative(path)
+        self._check_writable(path)
+        with self._lock:
+            e = self._entry(path)
+            if e.data is not None:
+                e = self._local(path, keep=True)
+                assert isinstance(e.data, bytearray)
+                for pos, b in edits:
+                    e.data[pos : pos + len(b)] = b
+                return
+            self._files[path] = _Entry(e.size, key=e.key, patch=overlay.merge(e.patch, edits, e.size, path))
             self._dirty = True
 
     def truncate(self, path: str, size: int) -> None:

@@ -14,6 +14,8 @@ Commit N (``"format": "pylog-commit"``)::
     {"format": "pylog-commit", "version": 2, "number": N, "writer": "<token>",
      "base_writer": "<token of commit N-1>", "time_ms": 1767225600000,
      "put":    {"<path>": {"size": 123, "key": "<object key>"}     an uploaded file
+                         | {"size", "key", "overlay": "<base64>"}  an object read with 8-byte
+                                                                   values put over it (version 3)
                          | {"inline": "<base64>"}                   a small file, whole
                          | {"at": 4096, "append": "<base64>"}      bytes added to an inline file
                          | {"patch": [[i, j, "<base64>"], ...]}},  lines i..j of an inline file
@@ -45,6 +47,9 @@ from typing import Any
 from pylog.storage.errors import CorruptMetadataError, UnsupportedFormatError
 
 VERSION = 2
+PATCH_VERSION = 3
+"""Documents holding a patched object reference are written as version 3, so that a pylog that
+cannot apply patches refuses them instead of reading unpatched bytes; others stay version 2."""
 LOG = "_pylog/log/"
 CHECKPOINTS = "_pylog/checkpoints/"
 HINT = "_pylog/_last_checkpoint"
@@ -87,11 +92,18 @@ def unit_of(path: str) -> str:
 
 @dataclass(frozen=True)
 class Ref:
-    """One file of the tree: an immutable object (``key``) or bytes held inline (``data``)."""
+    """One file of the tree: an immutable object (``key``) or bytes held inline (``data``).
+
+    ``patch`` (objects only): 8-byte values that replace the object's bytes at given positions
+    whenever it is read, packed as big-endian int64 pairs ``(position, value)`` in increasing
+    position order.  A staged segment adopted into a log as it is (see
+    :meth:`~pylog.storage.backends.objectfs.ObjectStorage.adopt`) gets the ``baseOffset`` of
+    each batch this way, instead of being downloaded, patched and uploaded again."""
 
     size: int
     key: str | None = None
     data: bytes | None = None
+    patch: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -261,6 +273,8 @@ def _b64(data: bytes) -> str:
 def ref_json(ref: Ref) -> dict[str, Any]:
     if ref.data is not None:
         return {"inline": _b64(ref.data)}
+    if ref.patch is not None:
+        return {"size": ref.size, "key": ref.key, "overlay": _b64(ref.patch)}
     return {"size": ref.size, "key": ref.key}
 
 
@@ -268,7 +282,17 @@ def ref_from_json(d: Any) -> Ref:
     if "inline" in d:
         data = base64.b64decode(d["inline"], validate=True)
         return Ref(len(data), data=data)
+    overlay = d.get("overlay")
+    if overlay is not None:
+        raw = base64.b64decode(overlay, validate=True)
+        if len(raw) % 16:
+            raise ValueError(f"a patch of {len(raw)} bytes is not a list of (position, value) pairs")
+        return Ref(int(d["size"]), key=str(d["key"]), patch=raw)
     return Ref(int(d["size"]), key=str(d["key"]))
+
+
+def _version(refs: Iterable[Ref]) -> int:
+    return PATCH_VERSION if any(r.patch is not None for r in refs) else VERSION
 
 
 def check_version(doc: Any, fmt: str, where: str) -> dict[str, Any]:
@@ -279,10 +303,10 @@ def check_version(doc: Any, fmt: str, where: str) -> dict[str, Any]:
     version = doc.get("version")
     if not isinstance(version, int) or version < VERSION:
         raise CorruptMetadataError(f"{where}: {fmt} document with an invalid version {version!r}")
-    if version > VERSION:
+    if version > PATCH_VERSION:
         raise UnsupportedFormatError(
             f"{where}: written by a newer pylog ({fmt} format version {version}; this pylog reads "
-            f"version {VERSION}): upgrade pylog to open this root; nothing was changed"
+            f"versions {VERSION} and {PATCH_VERSION}): upgrade pylog to open this root; nothing was changed"
         )
     return doc
 
@@ -309,7 +333,7 @@ def encode_commit(number: int, writer: str, base_writer: str, time_ms: int, ch: 
             put[path] = ref_json(ref)
     doc = {
         "format": COMMIT_FORMAT,
-        "version": VERSION,
+        "version": _version(ch.put.values()),
         "number": number,
         "writer": writer,
         "base_writer": base_writer,
@@ -380,7 +404,7 @@ def encode_checkpoint(s: Snapshot, time_ms: int) -> bytes:
     the ones retained before it)."""
     doc = {
         "format": CHECKPOINT_FORMAT,
-        "version": VERSION,
+        "version": _version(s.files.values()),
         "number": s.number,
         "writer": s.writer,
         "time_ms": time_ms,

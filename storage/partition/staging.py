@@ -28,10 +28,11 @@ the next writer truncates; a staged file never renamed stays staged and is swept
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from pylog.storage.backends import overlay
 from pylog.storage.backends.fs import Storage, join
 from pylog.storage.codec import batch as B
 from pylog.storage.config import LogConfig
@@ -49,11 +50,18 @@ _NOT_LINKABLE = B.TRANSACTIONAL_MASK | B.CONTROL_MASK
 
 @dataclass(frozen=True)
 class StagedSegment:
-    """One staged segment: relative base offset, offset after its last batch, size in bytes."""
+    """One staged segment: relative base offset, offset after its last batch, size in bytes.
+
+    A segment staged as objects (object stores, see :func:`adopt`) also carries the sizes of
+    its files (``files``: kind -> bytes) and where its batches start with their relative base
+    offsets (``batches``, in the patch layout of :mod:`pylog.storage.backends.overlay`), so
+    that a commit adopts it without reading it."""
 
     base: int
     next_offset: int
     size: int
+    files: tuple[tuple[str, int], ...] | None = None
+    batches: bytes | None = field(default=None, repr=False)
 
     @property
     def records(self) -> int:
@@ -90,6 +98,7 @@ class StagingLog:
         self.next_offset = 0
         self.segments: list[StagedSegment] = []
         self._seg: LogSegment | None = None
+        self._batches: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}  # base -> positions, offsets
 
     @property
     def size(self) -> int:
@@ -137,6 +146,9 @@ class StagingLog:
                 seg = self._seg = self._open(int(h.base_offset[i]))
             j = fitting_batches(seg, h, i, self.config.segment_bytes)
             lo, hi = int(h.position[i]), int(h.position[j - 1] + h.size[j - 1])
+            self._batches.setdefault(seg.base_offset, []).append(
+                (seg.size + h.position[i:j] - lo, h.base_offset[i:j].copy())
+            )
             seg.append(raw[lo:hi], h.take(slice(i, j)))
             i = j
         self.next_offset = int(h.last_offset[-1]) + 1
@@ -153,6 +165,14 @@ class StagingLog:
         """Close (and fsync) the staged segments; returns them in offset order."""
         self._close_segment()
         return list(self.segments)
+
+    def batches(self, base: int) -> bytes:
+        """Positions and relative base offsets of the batches of staged segment ``base``, in
+        the patch layout of :mod:`pylog.storage.backends.overlay`."""
+        parts = self._batches.get(base, [])
+        if not parts:
+            return b""
+        return overlay.encode(np.concatenate([p for p, _ in parts]), np.concatenate([o for _, o in parts]))
 
     def abandon(self) -> None:
         """Remove every file written so far."""
@@ -258,10 +278,72 @@ def link(log: Log, name: str, seg: StagedSegment, *, now: int | None = None) -> 
     return AppendInfo(base, last, new.max_timestamp_so_far, seg.records, len(edits), seg.size)
 
 
+def adopt(log: Log, name: str, seg: StagedSegment, *, now: int | None = None) -> AppendInfo:
+    """Make staged segment ``seg``, uploaded as objects (``seg.files``, ``seg.batches``), a
+    segment of ``log`` at its log end offset on an object store: its objects become the
+    segment's files as they are (:meth:`Storage.adopt`), each batch's ``baseOffset`` set by a
+    patch read over the ``.log`` object.  Nothing is downloaded or uploaded, so the record
+    bytes never pass through the committing process.  A new active segment follows it (an
+    object is never appended to).  As with :func:`link`, nothing is visible before the caller
+    moves the high watermark; a commit that never happens leaves the objects staged (swept)."""
+    log._check_writable()
+    storage, directory = log.storage, log.directory
+    if seg.files is None or seg.batches is None:
+        raise InvalidOffsetError(f"{directory}/{name}: staged segment {seg.base} was not staged as objects")
+    pairs = overlay.pairs(seg.batches)
+    offsets = pairs["value"].astype(np.int64)
+    positions = pairs["position"].astype(np.int64)
+    if (
+        not pairs.size
+        or int(positions[0]) != 0
+        or int(offsets[0]) != seg.base
+        or (np.diff(positions) <= 0).any()
+        or (np.diff(offsets) <= 0).any()
+        or int(offsets[-1]) >= seg.next_offset
+        or int(positions[-1]) >= seg.size
+    ):
+        raise CorruptRecordError(
+            f"staged segment {seg.base}: its batch list does not describe {seg.size} bytes of offsets "
+            f"{seg.base}..{seg.next_offset - 1}",
+            path=staged_log_path(directory, name, seg),
+            position=0,
+        )
+    base = log.log_end_offset
+    patch = overlay.encode(positions, offsets + (base - seg.base))
+    sizes = dict(seg.files)
+    stem = join(directory, staged_stem(name, seg.base))
+    try:
+        old = log.active
+        if old.size == 0:  # an empty active segment is replaced, as a roll does
+            old.delete()
+            log.segments.pop()
+        else:
+            old.on_become_inactive()
+        final = join(directory, segment_name(base))
+        for kind in ("index", "timeindex", "txnindex", "log"):
+            if kind in sizes:
+                src = f"{stem}.{kind}{STAGED_SUFFIX}"
+                storage.adopt(src, f"{final}.{kind}", sizes[kind], patch if kind == "log" else None)
+                log._step(f"adopted-{kind}")
+        new = LogSegment(storage, directory, base, log.config, created_ms=now_ms() if now is None else now)
+        new.set_next_offset(base + seg.records)
+        log.segments.append(new)
+        log._bases = np.array([s.base_offset for s in log.segments], dtype=np.int64)
+        log.roll(now=now)  # the adopted object is never appended to
+    except BaseException as e:
+        log._failed = e
+        raise
+    transactions.on_link(log, base + seg.records)
+    return AppendInfo(
+        base, base + seg.records - 1, new.max_timestamp_so_far, seg.records, len(pairs), seg.size
+    )
+
+
 __all__ = [
     "STAGED_SUFFIX",
     "StagedSegment",
     "StagingLog",
+    "adopt",
     "link",
     "staged_log_path",
     "staged_paths",

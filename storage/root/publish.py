@@ -232,7 +232,12 @@ class StagedFile:
         if self.data is not None:
             d["data"] = self.data
         if self.segments is not None:
-            d["segments"] = [[s.base, s.next_offset, s.size] for s in self.segments]
+            d["segments"] = [
+                [s.base, s.next_offset, s.size]
+                if s.files is None
+                else [s.base, s.next_offset, s.size, [list(f) for f in s.files], s.batches]
+                for s in self.segments
+            ]
         return d
 
     @staticmethod
@@ -244,8 +249,16 @@ class StagedFile:
             int(d["partition"]),  # type: ignore[call-overload]
             str(d["name"]),
             None if data is None else bytes(data),  # type: ignore[call-overload]
-            None if segs is None else tuple(StagedSegment(*map(int, s)) for s in segs),  # type: ignore[attr-defined]
+            None if segs is None else tuple(_segment(s) for s in segs),  # type: ignore[attr-defined]
         )
+
+
+def _segment(s: list[object]) -> StagedSegment:
+    base, nxt, size = (int(x) for x in s[:3])  # type: ignore[call-overload]
+    if len(s) == 3:
+        return StagedSegment(base, nxt, size)
+    files = tuple((str(k), int(n)) for k, n in s[3])  # type: ignore[attr-defined]
+    return StagedSegment(base, nxt, size, files, bytes(s[4]))  # type: ignore[call-overload]
 
 
 def group_staged(staged: Iterable[StagedFile]) -> dict[tuple[str, int], list[StagedFile]]:
@@ -280,7 +293,9 @@ def append_staged(
                 parts.append(lg.append_batches(data, assign_offsets=True))
             continue
         for s in f.segments:
-            if s.size >= copy_below:
+            if s.files is not None:  # uploaded as objects: adopted as they are
+                parts.append(staging.adopt(lg, f.name, s))
+            elif s.size >= copy_below:
                 parts.append(staging.link(lg, f.name, s))
             else:
                 parts.append(lg.append_batches(storage.read(staging.staged_log_path(d, f.name, s))))

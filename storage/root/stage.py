@@ -17,13 +17,17 @@ those rows twice.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from dataclasses import replace
 from typing import Protocol
 
 import numpy as np
 
-from pylog.storage.backends.fs import AppendFile, Storage
+from pylog.storage.backends.fs import AppendFile, LocalStorage, Storage
 from pylog.storage.codec import batch as B
 from pylog.storage.config import LogConfig
+from pylog.storage.partition import staging
 from pylog.storage.partition.staging import StagingLog
 from pylog.storage.root.metadata import partition_dir
 from pylog.storage.root.publish import StagedFile
@@ -125,11 +129,68 @@ class FlatStager:
         self._storage.delete(self._path)
 
 
+class ObjectSegmentStager:
+    """Staged segments with their indexes, written on this machine's disk and uploaded as
+    objects when finished (object stores): the commit adopts the objects as the segments'
+    files (:func:`staging.adopt`; nothing is downloaded or uploaded again).  A small staging
+    can travel in the task's commit message instead, as one flat file of batches.  Memory: one
+    segment's bytes at a time, at upload."""
+
+    def __init__(self, storage: Storage, topic: str, partition: int, name: str, config: LogConfig):
+        self.topic, self.partition, self.name = topic, partition, name
+        self._storage = storage
+        self._dir = partition_dir(topic, partition)
+        self._tmp = tempfile.mkdtemp(prefix="pylog-stage-")
+        local = LocalStorage(self._tmp)
+        local.makedirs(self._dir)
+        self._log = StagingLog(local, self._dir, name, config)
+        self._uploaded: list[str] = []
+
+    @property
+    def next_offset(self) -> int:
+        return self._log.next_offset
+
+    @property
+    def size(self) -> int:
+        return self._log.size
+
+    def write(self, data: np.ndarray | bytes | memoryview, headers: B.BatchHeaders) -> None:
+        self._log.append(data, headers)
+
+    def finish(self, *, inline: bool = False) -> StagedFile:
+        segs = self._log.finish()
+        local = self._log.storage
+        try:
+            if inline:  # the batches, numbered from 0 across the segments, in the message
+                data = b"".join(local.read(staging.staged_log_path(self._dir, self.name, s)) for s in segs)
+                return StagedFile(self.topic, self.partition, self.name, data)
+            out = []
+            for seg in segs:
+                files = []
+                for path in staging.staged_paths(self._dir, self.name, seg):
+                    if local.exists(path):
+                        data = local.read(path)
+                        self._storage.write_atomic(path, data)  # one PUT: a staged (direct) object
+                        self._uploaded.append(path)
+                        files.append((path.rsplit(".", 2)[-2], len(data)))
+                out.append(replace(seg, files=tuple(files), batches=self._log.batches(seg.base)))
+            return StagedFile(self.topic, self.partition, self.name, segments=tuple(out))
+        finally:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def abandon(self) -> None:
+        for path in self._uploaded:
+            self._storage.delete(path)
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+
 def open_stager(storage: Storage, topic: str, partition: int, name: str, config: LogConfig) -> Stager:
     """The stager of staging ``name`` (see :func:`publish.stage_name`) for one partition."""
     if storage.writes_in_place:
         return SegmentStager(storage, topic, partition, name, config)
+    if getattr(storage, "transactional", False):
+        return ObjectSegmentStager(storage, topic, partition, name, config)
     return FlatStager(storage, topic, partition, name)
 
 
-__all__ = ["FlatStager", "SegmentStager", "Stager", "open_stager"]
+__all__ = ["FlatStager", "ObjectSegmentStager", "SegmentStager", "Stager", "open_stager"]

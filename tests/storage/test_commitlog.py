@@ -169,14 +169,14 @@ def test_a_newer_format_is_refused_naming_the_object(s3_backend: Backend, which:
     base = s3_backend.url[len("s3://") :]
     if which == "commit":
         key = commit_key(root.storage.number + 1)
-        doc: dict[str, Any] = {"format": "pylog-commit", "version": 3, "number": root.storage.number + 1}
+        doc: dict[str, Any] = {"format": "pylog-commit", "version": 4, "number": root.storage.number + 1}
     else:
         key = HINT
-        doc = {"format": "pylog-hint", "version": 3, "checkpoint": {}}
+        doc = {"format": "pylog-hint", "version": 4, "checkpoint": {}}
     client(s3_backend).pipe_file(f"{base}/{key}", json.dumps(doc).encode())
     forget_process_state(root)
     with pytest.raises(
-        UnsupportedFormatError, match=rf"{key}: written by a newer pylog .*version 3.*upgrade pylog"
+        UnsupportedFormatError, match=rf"{key}: written by a newer pylog .*version 4.*upgrade pylog"
     ):
         s3_backend.open(read_only=True)
 

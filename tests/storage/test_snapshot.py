@@ -107,7 +107,7 @@ def test_a_checkpoint_is_verified_against_what_its_commit_recorded() -> None:
 
 def test_a_newer_version_is_refused_and_garbage_is_corrupt() -> None:
     with pytest.raises(UnsupportedFormatError, match="c9: written by a newer pylog"):
-        parse_commit(json.dumps({"format": "pylog-commit", "version": 3}).encode(), "c9", Snapshot())
+        parse_commit(json.dumps({"format": "pylog-commit", "version": 4}).encode(), "c9", Snapshot())
     with pytest.raises(CorruptMetadataError, match="not valid JSON"):
         parse_commit(b'{"format": "pylog-com', "c9", Snapshot())
     with pytest.raises(CorruptMetadataError, match="not a pylog-commit document"):
