@@ -1,12 +1,14 @@
 """Driver-side memory of a large Spark batch write into ONE partition: flat in the write's size.
 
-    python bench/sink_memory.py [--quick]
+    python bench/sink_memory.py [--quick] [--backend local|s3]
 
 ``df.write.format("pylog")`` of 1 GiB and then 3 GiB of 1 KiB values (``--quick``: 128 and
-384 MiB), 8 tasks, every row into partition 0 of a one-partition topic, on a local disk.  Each
-task stages its rows as segments with their indexes; the driver's ``commit`` links them into
-the log (patches each batch's base offset, renames the files), so the process that runs the
-commit should not grow with the bytes written.  Measured:
+384 MiB), 8 tasks, every row into partition 0 of a one-partition topic, on a local disk (or on
+moto's S3 server, run in a process of its own).  Each task stages its rows as segments with
+their indexes; the driver's ``commit`` links them into the log (local disk: patches each
+batch's base offset, renames the files; S3: adopts the uploaded objects, the base offsets a
+patch read over them), so the process that runs the commit should not grow with the bytes
+written.  Measured:
 
 - the peak RSS of the process Spark runs the data source's ``commit`` in (a wrapper source,
   ``pylog_measured``, records ``ru_maxrss`` after delegating to pylog's commit) and the
@@ -29,15 +31,18 @@ import shutil
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from _spark import local_spark
+from maintenance_job import BUCKET, start_moto
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
+import pylog
 from pylog.connector.datasource import DefaultSource
 
 REPORT = "bench.report"  # option: where the wrapper writes its measurements
@@ -90,15 +95,16 @@ def frame(spark: SparkSession, mib: int) -> Any:
     ), rows
 
 
-def measure(spark: SparkSession, tmp: Path, mib: int) -> dict[str, Any]:
+def measure(spark: SparkSession, tmp: Path, mib: int, s3: dict[str, str] | None = None) -> dict[str, Any]:
     df, rows = frame(spark, mib)
     report = tmp / "report"
     report.mkdir()
-    root = tmp / "root"
+    root = str(tmp / "root") if s3 is None else f"s3://{BUCKET}/{uuid.uuid4().hex[:8]}"
     t0 = time.perf_counter()
     (
         df.write.format("pylog_measured")
-        .option("path", str(root))
+        .option("path", root)
+        .options(**{f"storage.{k}": v for k, v in (s3 or {}).items()})
         .option("topic", "big")
         .option("partitions", "1")
         .option(REPORT, str(report))
@@ -108,12 +114,13 @@ def measure(spark: SparkSession, tmp: Path, mib: int) -> dict[str, Any]:
     secs = time.perf_counter() - t0
     commit = json.loads((report / "commit.json").read_text())
     tasks = [float(p.read_text()) for p in report.glob("task-*")]
-    state = json.loads((root / "pylog-state.json").read_text())
-    end = state["high_watermarks"]["big"]["0"]
+    with pylog.open(root, s3, read_only=True) as r:
+        end = r.high_watermark("big", 0)
+        segments = len(r.log("big", 0).segments)
     if end != rows:
         raise RuntimeError(f"the log ends at {end}, {rows} rows were written")
-    segments = len(list((root / "big-0").glob("*.log")))
-    shutil.rmtree(root)
+    if s3 is None:
+        shutil.rmtree(root)
     t0 = time.perf_counter()
     df.drop("partition").write.parquet(str(tmp / "parquet"))
     parquet_secs = time.perf_counter() - t0
@@ -134,7 +141,9 @@ def measure(spark: SparkSession, tmp: Path, mib: int) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="128 and 384 MiB instead of 1 and 3 GiB")
+    ap.add_argument("--backend", choices=["local", "s3"], default="local")
     args = ap.parse_args()
+    server, s3 = start_moto() if args.backend == "s3" else (None, None)
     sizes = (128, 384) if args.quick else (1024, 3072)
     spark = local_spark(
         "pylog-bench-sink-memory", MeasuredSource, spark__sql__execution__arrow__maxRecordsPerBatch="8192"
@@ -143,17 +152,19 @@ def main() -> None:
     try:
         warm = Path(tempfile.mkdtemp(prefix="pylog-bench-sink-memory-"))
         try:
-            measure(spark, warm, 16)  # JVM and Python workers warmed up: not reported
+            measure(spark, warm, 16, s3)  # JVM and Python workers warmed up: not reported
         finally:
             shutil.rmtree(warm, ignore_errors=True)
         for mib in sizes:
             tmp = Path(tempfile.mkdtemp(prefix="pylog-bench-sink-memory-"))
             try:
-                results.append(measure(spark, tmp, mib))
+                results.append(measure(spark, tmp, mib, s3))
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
     finally:
         spark.stop()
+        if server is not None:
+            server.kill()
     heads = ("commit peak RSS", "commit", "task peak RSS", "pylog", "parquet", "segments")
     print(
         f"{'write':>9} " + " ".join(f"{h:>{w}}" for h, w in zip(heads, (16, 8, 14, 11, 11, 9), strict=True))
@@ -166,6 +177,7 @@ def main() -> None:
         )
     out = {
         "bench": "sink_memory",
+        "backend": args.backend,
         "quick": args.quick,
         "results": results,
         "rss_growth_ratio": round(results[-1]["commit_peak_rss_mib"] / results[0]["commit_peak_rss_mib"], 3),

@@ -9,8 +9,8 @@ in with Kafka's ``.cleaned`` -> ``.swap`` protocol (:meth:`Log.replace_segments`
 to every cleanup policy: no record is dropped, only the segment layout changes.
 
 The number of segments of a partition stays bounded by its size, not by the number of commits:
-segments of at least ``segment.bytes / min_segments`` bytes, plus fewer than ``min_segments``
-small ones being accumulated, plus the active segment.
+segments of at least ``segment.bytes / min_segments`` bytes (or :data:`SMALL_MAX`), plus fewer
+than ``min_segments`` small ones being accumulated, plus the active segment.
 """
 
 from __future__ import annotations
@@ -21,16 +21,20 @@ from pylog.storage.partition.segment import LogSegment, relative_headers
 
 MIN_SEGMENTS = 8
 """A run of fewer small segments is left as it is (merging too eagerly rewrites bytes often)."""
+SMALL_MAX = 8 << 20
+"""A segment of at least this many bytes is never small, whatever ``segment.bytes``: an object
+of that size reads efficiently, and merging it would move its bytes through the process that
+runs maintenance (a Spark task's staged segment, adopted by the sink's commit, stays as it is)."""
 
 
 def _runs(lg: Log, min_segments: int) -> list[list[LogSegment]]:
     """Runs of adjacent sealed *small* segments to merge.  A segment is small below
-    ``segment.bytes / min_segments``, so a merged segment (at least ``min_segments`` small ones)
-    is rarely small again: each byte is rewritten about once, not once per merge (size tiers,
-    as in an LSM tree).  A segment's offsets end before the next segment's base offset, so no
-    segment needs to be read to plan."""
+    ``segment.bytes / min_segments`` (and :data:`SMALL_MAX`), so a merged segment (at least
+    ``min_segments`` small ones) is rarely small again: each byte is rewritten about once, not
+    once per merge (size tiers, as in an LSM tree).  A segment's offsets end before the next
+    segment's base offset, so no segment needs to be read to plan."""
     limit = lg.config.segment_bytes
-    small = max(1, limit // min_segments)
+    small = max(1, min(limit // min_segments, SMALL_MAX))
     runs: list[list[LogSegment]] = []
     run: list[LogSegment] = []
     total = 0

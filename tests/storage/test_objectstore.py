@@ -241,6 +241,28 @@ def test_maintenance_merges_the_small_segments_of_small_commits(s3_backend: Back
     assert got.column("offset").to_pylist() == list(range(90))
 
 
+def test_segments_of_small_max_or_more_are_not_merged(
+    s3_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A segment of SMALL_MAX bytes or more (a Spark task's adopted staging, say) is not small
+    whatever segment.bytes: merging it would move its bytes through the maintaining process."""
+    from pylog.storage.maintenance import merge
+
+    monkeypatch.setattr(merge, "SMALL_MAX", 5000)
+    root = s3_backend.open()
+    root.create_topic("t", config={"segment.bytes": str(1 << 20)})
+    for i in range(10):  # 10 commits of ~6 KiB: each seals a segment of more than SMALL_MAX
+        root.append("t", [b"v%d-" % i + b"x" * 2000 for _ in range(3)], partition=0)
+    for i in range(10):  # 10 commits of ~4.4 KiB (sealed: above INLINE_MAX): small ones, merged
+        root.append("t", [b"w%d-" % i + b"x" * 1400 for _ in range(3)], partition=0)
+    before = everything(root)
+    report = maintain(root, now=T0 + 60_000)
+    assert report.segments_merged == 9  # the 10 small ones became one
+    assert len(root.log("t", 0).segments) == 10 + 1 + 1  # the large ones, the merged one, the active one
+    assert everything(root).equals(before)
+    root.close()
+
+
 # ------------------------------------------------------------------ deleting superseded objects
 
 
