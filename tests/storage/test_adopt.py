@@ -94,6 +94,10 @@ def test_a_replay_adopts_nothing_twice_and_merges_replace_the_adopted_objects(s3
         assert not verify(root)[0]
         adopted = [r for r in root.storage.snapshot.files.values() if r.patch is not None]
         assert len(adopted) < 3  # merged into plain objects (the active one may remain)
+        held = {r.key for r in root.storage.snapshot.files.values() if r.key}
+        garbage = {k for k, _ in root.storage.snapshot.garbage}
+    left = {k for k in _objects(s3_backend) if ".pylog-stage." in k}
+    assert left - held and left - held <= garbage  # merged away: deleted a delete delay later
 
 
 class Crash(BaseException):
