@@ -105,7 +105,8 @@ class UnsupportedFormatError(CorruptMetadataError):
 
 
 class CommitConflictError(PylogError):
-    """Another writer published the manifest this commit wanted to create."""
+    """Another writer published the manifest this commit wanted to create, or (local disk) a
+    segment a cleaning pass read changed before the pass could swap its result in."""
 
 
 # ---------------------------------------------------------------- storage backends

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 from pylog.storage.backends.fs import join
 from pylog.storage.config import CleanerConfig
-from pylog.storage.errors import CorruptRecordError, PylogError, StorageError
+from pylog.storage.errors import CommitConflictError, CorruptRecordError, PylogError, StorageError
 from pylog.storage.maintenance.cleaner import Cleaner, CleanResult, log_to_clean
 from pylog.storage.partition import checkpoint as ckpt
 from pylog.storage.partition.log import Log
@@ -71,8 +71,8 @@ class DetachedReport:
     error: str = ""  # the partition is uncleanable (corrupt): why
 
 
-class _Conflict(Exception):
-    """A segment a pass read changed before its swap."""
+def _conflict(topic: str, partition: int) -> CommitConflictError:
+    return CommitConflictError(f"{topic}-{partition}: a segment this pass read changed before its swap")
 
 
 def clean_detached(
@@ -95,7 +95,7 @@ def clean_detached(
     while True:
         try:
             res = _one_pass(opener, topic, partition, now, force, cleaner, report)
-        except _Conflict:
+        except CommitConflictError:
             report.conflicts += 1
             failures += 1
             if failures >= attempts:
@@ -142,7 +142,7 @@ def _one_pass(
         except PylogError:
             _discard_stage(log, token)
             if _changed(log, identities):
-                raise _Conflict() from None
+                raise _conflict(topic, partition) from None
             raise
     try:
         _swap(opener, topic, partition, now, res, identities, report)
@@ -180,9 +180,9 @@ def _swap(
             if in_range != bases or any(
                 log.storage.identity(current[b].log_path) != identities.get(b) for b in bases
             ):
-                raise _Conflict()
+                raise _conflict(topic, partition)
             if not log.storage.exists(staged.log_path) or log.storage.size(staged.log_path) != staged.size:
-                raise _Conflict()  # swept as a dead pass's (a pass older than STALE_STAGE_S)
+                raise _conflict(topic, partition)  # swept as a dead pass's (a pass older than STALE_STAGE_S)
             plan.append((staged, [current[b] for b in bases]))
         if plan:  # one replacement of the whole (contiguous) range: a few directory fsyncs
             new = []
