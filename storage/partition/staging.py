@@ -75,13 +75,24 @@ def staged_stem(name: str, base: int) -> str:
 
 def staged_log_path(directory: str, name: str, seg: StagedSegment) -> str:
     """The ``.log`` of a staged segment (its batches)."""
+    if seg.files is not None:
+        return next(join(directory, f) for f, _ in seg.files if f.split(".")[-3] == "log")
     return f"{join(directory, staged_stem(name, seg.base))}.log{STAGED_SUFFIX}"
 
 
 def staged_paths(directory: str, name: str, seg: StagedSegment) -> list[str]:
-    """Every file a staged segment may have (index files first, the ``.log`` last)."""
+    """Every file a staged segment may have (index files first, the ``.log`` last); for one
+    staged as objects, the objects it uploaded."""
+    if seg.files is not None:
+        return [join(directory, f) for f, _ in seg.files]
     stem = join(directory, staged_stem(name, seg.base))
     return [f"{stem}.{kind}{STAGED_SUFFIX}" for kind in (*_KINDS[:2], "txnindex", "log")]
+
+
+def unique_staged_path(path: str, token: str) -> str:
+    """``<stem>.<kind>.staged`` as ``<stem>.<kind>.<token>.staged``: the name of an object a
+    commit adopts, never reused by another run of the same task attempt."""
+    return f"{path[: -len(STAGED_SUFFIX)]}.{token}{STAGED_SUFFIX}"
 
 
 class StagingLog:
@@ -310,8 +321,7 @@ def adopt(log: Log, name: str, seg: StagedSegment, *, now: int | None = None) ->
         )
     base = log.log_end_offset
     patch = overlay.encode(positions, offsets + (base - seg.base))
-    sizes = dict(seg.files)
-    stem = join(directory, staged_stem(name, seg.base))
+    sizes = {f.split(".")[-3]: (f, n) for f, n in seg.files}  # kind -> (object name, bytes)
     try:
         old = log.active
         if old.size == 0:  # an empty active segment is replaced, as a roll does
@@ -322,8 +332,8 @@ def adopt(log: Log, name: str, seg: StagedSegment, *, now: int | None = None) ->
         final = join(directory, segment_name(base))
         for kind in ("index", "timeindex", "txnindex", "log"):
             if kind in sizes:
-                src = f"{stem}.{kind}{STAGED_SUFFIX}"
-                storage.adopt(src, f"{final}.{kind}", sizes[kind], patch if kind == "log" else None)
+                src, n = sizes[kind]
+                storage.adopt(join(directory, src), f"{final}.{kind}", n, patch if kind == "log" else None)
                 log._step(f"adopted-{kind}")
         new = LogSegment(storage, directory, base, log.config, created_ms=now_ms() if now is None else now)
         new.set_next_offset(base + seg.records)
@@ -348,4 +358,5 @@ __all__ = [
     "staged_log_path",
     "staged_paths",
     "staged_stem",
+    "unique_staged_path",
 ]

@@ -188,12 +188,13 @@ def stage_name(sink_id: str, batch_id: int, task: int, attempt: int) -> str:
 
 def parse_stage_name(name: str) -> tuple[str, int, int, int] | None:
     """(writer, batch, task, attempt) of a staged file's name: a staging itself or one of its
-    staged segments' files (``<staging>.<relative base>.<kind>.staged``); None otherwise."""
+    staged segments' files (``<staging>.<relative base>.<kind>.staged``, or as uploaded
+    objects ``<staging>.<relative base>.<kind>.<token>.staged``); None otherwise."""
     if not name.startswith(STAGE_PREFIX):
         return None
     parts = name[len(STAGE_PREFIX) :].split(".")
-    if len(parts) == 7 and parts[6] == staging.STAGED_SUFFIX[1:] and parts[4].isdigit():
-        parts = parts[:4]
+    if len(parts) in (7, 8) and parts[-1] == staging.STAGED_SUFFIX[1:] and parts[4].isdigit():
+        parts = parts[:4]  # a staged segment's file (8: an object, <kind>.<token>.staged)
     if len(parts) != 4 or not all(p.lstrip("-").isdigit() for p in parts[1:]):
         return None
     return parts[0], int(parts[1]), int(parts[2]), int(parts[3])

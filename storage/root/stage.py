@@ -17,6 +17,7 @@ those rows twice.
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import tempfile
 from dataclasses import replace
@@ -145,6 +146,9 @@ class ObjectSegmentStager:
         local.makedirs(self._dir)
         self._log = StagingLog(local, self._dir, name, config)
         self._uploaded: list[str] = []
+        # the objects outlive the commit (it adopts them): a re-run of this task attempt (a
+        # restarted query replays a batch) must never overwrite them, so each run names its own
+        self._token = secrets.token_hex(4)
 
     @property
     def next_offset(self) -> int:
@@ -170,9 +174,10 @@ class ObjectSegmentStager:
                 for path in staging.staged_paths(self._dir, self.name, seg):
                     if local.exists(path):
                         data = local.read(path)
-                        self._storage.write_atomic(path, data)  # one PUT: a staged (direct) object
-                        self._uploaded.append(path)
-                        files.append((path.rsplit(".", 2)[-2], len(data)))
+                        remote = staging.unique_staged_path(path, self._token)
+                        self._storage.write_atomic(remote, data)  # one PUT: a staged (direct) object
+                        self._uploaded.append(remote)
+                        files.append((remote.rsplit("/", 1)[-1], len(data)))
                 out.append(replace(seg, files=tuple(files), batches=self._log.batches(seg.base)))
             return StagedFile(self.topic, self.partition, self.name, segments=tuple(out))
         finally:

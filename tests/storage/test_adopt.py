@@ -145,3 +145,21 @@ def test_an_abandoned_task_removes_its_uploaded_objects(s3_backend: Backend) -> 
         assert root.storage.listdir_staged("t-0")
         st.abandon()
         assert root.storage.listdir_staged("t-0") == []
+
+
+def test_a_replayed_batch_restaged_after_its_commit_never_overwrites_the_adopted_objects(
+    s3_backend: Backend,
+) -> None:
+    """A query restarted after its commit but before Spark recorded it runs the batch's tasks
+    again, with the same attempt numbers: their objects must not replace the ones the state
+    adopted (the rows may come back in another order, with other timestamps)."""
+    with s3_backend.open() as root:
+        root.create_topic("t", 1, CONFIG)
+        first = [stage(root, 0, 0, 300)]
+        root.publish("q1", 0, first)
+        before = root.read_table("t")
+        again = [stage(root, 0, 0, 200)]  # the re-run: same query, batch, task and attempt
+        assert not {p for f in first for p in f.paths()} & {p for f in again for p in f.paths()}
+        assert root.publish("q1", 0, again) is None  # the commit is a replay: skipped
+    with s3_backend.open(read_only=True) as r:
+        assert r.read_table("t").equals(before) and not verify(r)[0]
