@@ -322,6 +322,13 @@ def adopt(log: Log, name: str, seg: StagedSegment, *, now: int | None = None) ->
     base = log.log_end_offset
     patch = overlay.encode(positions, offsets + (base - seg.base))
     sizes = {f.split(".")[-3]: (f, n) for f, n in seg.files}  # kind -> (object name, bytes)
+    if sizes.get("log", ("", -1))[1] != seg.size:
+        raise CorruptRecordError(
+            f"staged segment {seg.base}: its .log object has {sizes.get('log', ('', 0))[1]} bytes, "
+            f"{seg.size} were staged",
+            path=staged_log_path(directory, name, seg) if "log" in sizes else directory,
+            position=0,
+        )
     try:
         old = log.active
         if old.size == 0:  # an empty active segment is replaced, as a roll does

@@ -163,3 +163,34 @@ def test_a_replayed_batch_restaged_after_its_commit_never_overwrites_the_adopted
         assert root.publish("q1", 0, again) is None  # the commit is a replay: skipped
     with s3_backend.open(read_only=True) as r:
         assert r.read_table("t").equals(before) and not verify(r)[0]
+
+
+@pytest.mark.parametrize("damage", ["size", "batches"])
+def test_a_staging_message_that_does_not_match_its_objects_is_refused_before_anything_changes(
+    s3_backend: Backend, damage: str
+) -> None:
+    import dataclasses
+
+    from pylog.storage.errors import CorruptRecordError
+
+    with s3_backend.open() as root:
+        root.create_topic("t", 1, CONFIG)
+        root.publish("q1", 0, [stage(root, 0, 0, 100)])
+        good = stage(root, 1, 0, 100)
+        assert good.segments is not None
+        seg = good.segments[0]
+        bad_seg = (
+            dataclasses.replace(seg, size=seg.size + 1)
+            if damage == "size"
+            else dataclasses.replace(seg, batches=(seg.batches or b"")[16:])  # first batch left out
+        )
+        bad = dataclasses.replace(good, segments=(bad_seg, *good.segments[1:]))
+        with pytest.raises(
+            CorruptRecordError,
+            match=r"\.pylog-stage\.q1\.1\.0\.0\.0+\.log\.\w+\.staged: byte 0: staged segment 0: ",
+        ):
+            root.publish("q1", 1, [bad])
+    with s3_backend.open() as root:
+        assert root.read_table("t")["offset"].to_pylist() == list(range(100))  # as before
+        assert root.publish("q1", 1, [good]) is not None  # the retry with the right message lands
+        assert root.read_table("t")["offset"].to_pylist() == list(range(200)) and not verify(root)[0]
