@@ -156,6 +156,8 @@ class ObjectStorage(Storage):
         self.conflicts = 0  # commits that lost to an overlapping one (the operation runs again)
         self._confirmed_at = float("-inf")  # when the snapshot was last known to be the newest
         self._base: dict[str, _Entry] = {}  # the snapshot's files, as working-tree entries
+        self._adopted_base: set[str] | None = None  # keys of staged objects the snapshot holds
+        self._adopting: set[str] = set()
         self._files: dict[str, _Entry] = {}
         self._dirs: set[str] = set()
         self._direct: dict[str, int] | None = None
@@ -229,12 +231,14 @@ class ObjectStorage(Storage):
 
     def _load(self, snap: Snapshot, keep_deferred: bool = False) -> None:
         self.snapshot = snap
+        self._adopted_base = None
         self._base = {p: _Entry(r.size, key=r.key, data=r.data, patch=r.patch) for p, r in snap.files.items()}
         self._reset_working(keep_deferred)
 
     def _reset_working(self, keep_deferred: bool = False) -> None:
         """Working tree = the manifest's; direct objects are listed again when needed."""
         self._files = dict(self._base)
+        self._adopting = set()
         self._dirs = set(self.snapshot.dirs)
         self._direct = None
         if not keep_deferred:
@@ -345,13 +349,13 @@ class ObjectStorage(Storage):
         return self._reader.read(ref.key, ref.size, 0, ref.size)
 
     def _adopted(self) -> set[str]:
-        """Keys of staged objects the state adopted as files (never deleted as staged data)."""
-        return {
-            e.key
-            for files in (self._base, self._files)
-            for e in files.values()
-            if e.key is not None and e.key.startswith(DIRECT)
-        }
+        """Keys of staged objects the state adopted as files, or this transaction adopts (never
+        deleted as staged data)."""
+        if self._adopted_base is None:
+            self._adopted_base = {
+                e.key for e in self._base.values() if e.key is not None and e.key.startswith(DIRECT)
+            }
+        return self._adopted_base | self._adopting
 
     def _run_deferred(self, extra: list[str] | None = None) -> None:
         adopted = self._adopted() if self._deferred else set()
@@ -577,6 +581,7 @@ class ObjectStorage(Storage):
             raise StorageError(f"{self.store.url}: cannot adopt {staged!r} as {path!r}")
         with self._lock:
             self._files[path] = _Entry(size, key=DIRECT + staged, patch=patch)
+            self._adopting.add(DIRECT + staged)
             self._dirs.add(parent(path)) if parent(path) else None
             self._dirty = True
 
