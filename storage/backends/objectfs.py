@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 import threading
 import time
@@ -568,6 +569,15 @@ class ObjectStorage(Storage):
                 raise StorageError(f"{self.store.url}/{path}: directory not empty")
             self._dirs.discard(path)
             self._dirty = True
+
+    def upload_staged(self, path: str, local_path: str) -> None:
+        """Upload the local file ``local_path`` as the staged (direct) object ``path``, streamed."""
+        path = self.check_relative(path)
+        if not is_direct(path):
+            raise StorageError(f"{self.store.url}/{path}: only staged data is uploaded from a file")
+        self.store.put_file(DIRECT + path, local_path)
+        if self._direct is not None:
+            self._direct[path] = os.path.getsize(local_path)
 
     def adopt(self, staged: str, path: str, size: int, patch: bytes | None = None) -> None:
         """Make the staged (direct) object ``staged`` (``size`` bytes, as its writer reported:

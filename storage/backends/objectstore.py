@@ -347,6 +347,12 @@ class ObjectStore:
         self.requests.add("put")
         self._retry("write", key, lambda: self.fs.pipe_file(self.path(key), bytes(data)))
 
+    def put_file(self, key: str, local_path: str) -> None:
+        """Upload a local file, streamed (multipart above fsspec's block size): memory does not
+        grow with the file."""
+        self.requests.add("put")
+        self._retry("write", key, lambda: self.fs.put_file(local_path, self.path(key)))
+
     def put_many(self, items: Iterable[tuple[str, bytes]]) -> None:
         """Upload several objects concurrently (fsspec batches them)."""
         batch = {self.path(k): bytes(v) for k, v in items}

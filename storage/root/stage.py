@@ -134,17 +134,17 @@ class ObjectSegmentStager:
     """Staged segments with their indexes, written on this machine's disk and uploaded as
     objects when finished (object stores): the commit adopts the objects as the segments'
     files (:func:`staging.adopt`; nothing is downloaded or uploaded again).  A small staging
-    can travel in the task's commit message instead, as one flat file of batches.  Memory: one
-    segment's bytes at a time, at upload."""
+    can travel in the task's commit message instead, as one flat file of batches.  Uploads
+    stream from the files: memory does not grow with the staging."""
 
     def __init__(self, storage: Storage, topic: str, partition: int, name: str, config: LogConfig):
         self.topic, self.partition, self.name = topic, partition, name
         self._storage = storage
         self._dir = partition_dir(topic, partition)
         self._tmp = tempfile.mkdtemp(prefix="pylog-stage-")
-        local = LocalStorage(self._tmp)
-        local.makedirs(self._dir)
-        self._log = StagingLog(local, self._dir, name, config)
+        self._local = LocalStorage(self._tmp)
+        self._local.makedirs(self._dir)
+        self._log = StagingLog(self._local, self._dir, name, config)
         self._uploaded: list[str] = []
         # the objects outlive the commit (it adopts them): a re-run of this task attempt (a
         # restarted query replays a batch) must never overwrite them, so each run names its own
@@ -163,7 +163,7 @@ class ObjectSegmentStager:
 
     def finish(self, *, inline: bool = False) -> StagedFile:
         segs = self._log.finish()
-        local = self._log.storage
+        local = self._local
         try:
             if inline:  # the batches, numbered from 0 across the segments, in the message
                 data = b"".join(local.read(staging.staged_log_path(self._dir, self.name, s)) for s in segs)
@@ -173,15 +173,22 @@ class ObjectSegmentStager:
                 files = []
                 for path in staging.staged_paths(self._dir, self.name, seg):
                     if local.exists(path):
-                        data = local.read(path)
                         remote = staging.unique_staged_path(path, self._token)
-                        self._storage.write_atomic(remote, data)  # one PUT: a staged (direct) object
+                        self._upload(remote, str(local.resolve(path)))
                         self._uploaded.append(remote)
-                        files.append((remote.rsplit("/", 1)[-1], len(data)))
+                        files.append((remote.rsplit("/", 1)[-1], local.size(path)))
                 out.append(replace(seg, files=tuple(files), batches=self._log.batches(seg.base)))
             return StagedFile(self.topic, self.partition, self.name, segments=tuple(out))
         finally:
             shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def _upload(self, remote: str, local_path: str) -> None:
+        upload = getattr(self._storage, "upload_staged", None)
+        if upload is not None:  # streamed from the file
+            upload(remote, local_path)
+        else:
+            with open(local_path, "rb") as f:
+                self._storage.write_atomic(remote, f.read())
 
     def abandon(self) -> None:
         for path in self._uploaded:
