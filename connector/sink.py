@@ -348,6 +348,13 @@ def stage_task(
     return PylogCommitMessage(staged=staged, records=counts, query_id=query_id)
 
 
+def _local_dir() -> str | None:
+    """The executor's first local directory (``spark.local.dir``, which Spark hands its Python
+    workers as ``SPARK_LOCAL_DIRS``): where a task stages segments for an object store."""
+    first = os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0]
+    return first if first and os.path.isdir(first) else None
+
+
 def _sticky_partitions(sizes: np.ndarray, num: int, state: list[int], switch_bytes: int) -> np.ndarray:
     """Partitions of null-key records of ``sizes`` bytes: consecutive records fill the current
     partition up to ``switch_bytes``, then the next one takes over.  ``state`` is
@@ -431,7 +438,7 @@ def _stage_batch(
             f = files.get((topic, p))
             if f is None:
                 name = pub.stage_name(writer_id, batch_id, task, attempt)
-                f = files[(topic, p)] = open_stager(root.storage, topic, p, name, config)
+                f = files[(topic, p)] = open_stager(root.storage, topic, p, name, config, _local_dir())
             enc = records.encode(
                 value.take(rows),
                 None if key is None else key.take(rows),

@@ -137,11 +137,19 @@ class ObjectSegmentStager:
     can travel in the task's commit message instead, as one flat file of batches.  Uploads
     stream from the files: memory does not grow with the staging."""
 
-    def __init__(self, storage: Storage, topic: str, partition: int, name: str, config: LogConfig):
+    def __init__(
+        self,
+        storage: Storage,
+        topic: str,
+        partition: int,
+        name: str,
+        config: LogConfig,
+        tmp_dir: str | None = None,
+    ):
         self.topic, self.partition, self.name = topic, partition, name
         self._storage = storage
         self._dir = partition_dir(topic, partition)
-        self._tmp = tempfile.mkdtemp(prefix="pylog-stage-")
+        self._tmp = tempfile.mkdtemp(prefix="pylog-stage-", dir=tmp_dir)
         self._local = LocalStorage(self._tmp)
         self._local.makedirs(self._dir)
         self._log = StagingLog(self._local, self._dir, name, config)
@@ -196,12 +204,16 @@ class ObjectSegmentStager:
         shutil.rmtree(self._tmp, ignore_errors=True)
 
 
-def open_stager(storage: Storage, topic: str, partition: int, name: str, config: LogConfig) -> Stager:
-    """The stager of staging ``name`` (see :func:`publish.stage_name`) for one partition."""
+def open_stager(
+    storage: Storage, topic: str, partition: int, name: str, config: LogConfig, tmp_dir: str | None = None
+) -> Stager:
+    """The stager of staging ``name`` (see :func:`publish.stage_name`) for one partition;
+    ``tmp_dir``: where an object store's staged segments are written before their upload
+    (default: the system's temporary directory)."""
     if storage.writes_in_place:
         return SegmentStager(storage, topic, partition, name, config)
     if getattr(storage, "transactional", False):
-        return ObjectSegmentStager(storage, topic, partition, name, config)
+        return ObjectSegmentStager(storage, topic, partition, name, config, tmp_dir)
     return FlatStager(storage, topic, partition, name)
 
 
