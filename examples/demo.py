@@ -90,10 +90,16 @@ def write_inbox(inbox: Path) -> Events:
     start_ms = int(time.time() * 1000) - n  # event time: one ms apart, ending now
     ts = pa.array(start_ms + seq, pa.timestamp("ms", tz="UTC"))
     inbox.mkdir(parents=True)
+    first = time.time() - FILES
     for f in range(FILES):
         part = slice(f * PER_FILE, (f + 1) * PER_FILE)
         table = pa.table({"seq": seq[part], "sensor": sensor[part], "celsius": celsius[part], "ts": ts[part]})
-        pq.write_table(table, inbox / f"readings-{f:03d}.parquet")
+        path = inbox / f"readings-{f:03d}.parquet"
+        pq.write_table(table, path)
+        # Spark's file source takes files in the order of their modification times (ms), and
+        # files written within the same millisecond in any order: a second apart, they arrive
+        # in the order written, which the checks below rely on (the latest reading last)
+        os.utime(path, (first + f, first + f))
     return Events(sensor)
 
 

@@ -5,6 +5,7 @@ number of objects under the root stays bounded instead of growing with the batch
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -40,6 +41,9 @@ def test_streaming_round_trip_on_s3_keeps_the_object_count_bounded(
         vals = [f"b{b}-{j}" for j in range(ROWS)]
         latest.update(zip(keys, vals, strict=True))
         pq.write_table(pa.table({"key": keys, "value": vals}), src / f"{b:04d}.parquet")
+        # Spark's file source orders files by modification time (ms; ties in any order): a
+        # second apart, they are written to the topic in this order, the latest value last
+        os.utime(src / f"{b:04d}.parquet", (time.time() - BATCHES + b,) * 2)
     with backend.open() as r:
         r.create_topic(
             "kv",

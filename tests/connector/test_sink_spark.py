@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -267,6 +268,8 @@ def test_embedded_compaction_between_micro_batches(spark: Any, backend: Backend,
             rows.append((k, v))
             latest[k] = v
         spark.createDataFrame(rows, "key string, value string").coalesce(1).write.parquet(str(src / f"p{b}"))
+        for f in (src / f"p{b}").iterdir():  # the file source's order: by modification time
+            os.utime(f, (time.time() - 8 + b,) * 2)
     with backend.open() as r:
         r.create_topic(
             "kv",
