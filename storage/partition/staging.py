@@ -251,6 +251,17 @@ def _checked_header(
     return f, length
 
 
+def _retire_active(log: Log) -> None:
+    """Before a staged segment joins ``log`` at its end: the active segment is sealed, or
+    removed when empty (as a roll does)."""
+    old = log.active
+    if old.size == 0:
+        old.delete()
+        log.segments.pop()
+    else:
+        old.on_become_inactive()
+
+
 def link(log: Log, name: str, seg: StagedSegment, *, now: int | None = None) -> AppendInfo:
     """Make staged segment ``seg`` (of the staging ``name``, see :class:`StagingLog`) the new
     active segment of ``log``, at its log end offset; returns what it added.  Nothing is visible to readers
@@ -264,12 +275,7 @@ def link(log: Log, name: str, seg: StagedSegment, *, now: int | None = None) -> 
     try:
         storage.write_at(staged_log, edits)
         log._step("link-patched")
-        old = log.active
-        if old.size == 0:  # an empty active segment is replaced, as a roll does
-            old.delete()
-            log.segments.pop()
-        else:
-            old.on_become_inactive()
+        _retire_active(log)
         final = join(directory, segment_name(base))
         for kind in _KINDS:
             src = f"{stem}.{kind}{STAGED_SUFFIX}"
@@ -330,12 +336,7 @@ def adopt(log: Log, name: str, seg: StagedSegment, *, now: int | None = None) ->
             position=0,
         )
     try:
-        old = log.active
-        if old.size == 0:  # an empty active segment is replaced, as a roll does
-            old.delete()
-            log.segments.pop()
-        else:
-            old.on_become_inactive()
+        _retire_active(log)
         final = join(directory, segment_name(base))
         for kind in ("index", "timeindex", "txnindex", "log"):
             if kind in sizes:

@@ -57,16 +57,10 @@ class Stager(Protocol):
         """Remove what was staged (a failed task)."""
 
 
-class SegmentStager:
-    """Staged segments with their indexes, linked into the log by the commit."""
+class _LogStager:
+    """A stager that writes through a :class:`StagingLog` (``self._log``)."""
 
-    def __init__(self, storage: Storage, topic: str, partition: int, name: str, config: LogConfig):
-        self.topic, self.partition, self.name = topic, partition, name
-        directory = partition_dir(topic, partition)
-        for old in storage.listdir(directory):  # an earlier run of this attempt
-            if old == name or old.startswith(name + "."):
-                storage.delete(f"{directory}/{old}")
-        self._log = StagingLog(storage, directory, name, config)
+    _log: StagingLog
 
     @property
     def next_offset(self) -> int:
@@ -78,6 +72,18 @@ class SegmentStager:
 
     def write(self, data: np.ndarray | bytes | memoryview, headers: B.BatchHeaders) -> None:
         self._log.append(data, headers)
+
+
+class SegmentStager(_LogStager):
+    """Staged segments with their indexes, linked into the log by the commit."""
+
+    def __init__(self, storage: Storage, topic: str, partition: int, name: str, config: LogConfig):
+        self.topic, self.partition, self.name = topic, partition, name
+        directory = partition_dir(topic, partition)
+        for old in storage.listdir(directory):  # an earlier run of this attempt
+            if old == name or old.startswith(name + "."):
+                storage.delete(f"{directory}/{old}")
+        self._log = StagingLog(storage, directory, name, config)
 
     def finish(self, *, inline: bool = False) -> StagedFile:
         segs = self._log.finish()
@@ -130,7 +136,7 @@ class FlatStager:
         self._storage.delete(self._path)
 
 
-class ObjectSegmentStager:
+class ObjectSegmentStager(_LogStager):
     """Staged segments with their indexes, written on this machine's disk and uploaded as
     objects when finished (object stores): the commit adopts the objects as the segments'
     files (:func:`staging.adopt`; nothing is downloaded or uploaded again).  A small staging
@@ -157,17 +163,6 @@ class ObjectSegmentStager:
         # the objects outlive the commit (it adopts them): a re-run of this task attempt (a
         # restarted query replays a batch) must never overwrite them, so each run names its own
         self._token = secrets.token_hex(4)
-
-    @property
-    def next_offset(self) -> int:
-        return self._log.next_offset
-
-    @property
-    def size(self) -> int:
-        return self._log.size
-
-    def write(self, data: np.ndarray | bytes | memoryview, headers: B.BatchHeaders) -> None:
-        self._log.append(data, headers)
 
     def finish(self, *, inline: bool = False) -> StagedFile:
         segs = self._log.finish()
