@@ -163,6 +163,12 @@ def _is_transient(e: BaseException) -> bool:
     )
 
 
+UPLOAD_PART_BYTES = 16 << 20
+"""Part size of a streamed multipart upload to S3 (a staged segment; at least 5 MiB)."""
+UPLOAD_CONCURRENCY = 4
+"""Parts of one streamed upload in flight at once (so at most 64 MiB of it in memory)."""
+
+
 class RequestCounter:
     """Counts requests by kind (benchmarks and tests)."""
 
@@ -348,10 +354,13 @@ class ObjectStore:
         self._retry("write", key, lambda: self.fs.pipe_file(self.path(key), bytes(data)))
 
     def put_file(self, key: str, local_path: str) -> None:
-        """Upload a local file, streamed (multipart above fsspec's block size): memory does not
-        grow with the file."""
+        """Upload a local file, streamed: memory does not grow with the file (on S3, multipart
+        parts of :data:`UPLOAD_PART_BYTES`, :data:`UPLOAD_CONCURRENCY` at a time)."""
         self.requests.add("put")
-        self._retry("write", key, lambda: self.fs.put_file(local_path, self.path(key)))
+        kwargs: dict[str, int] = {}
+        if self.protocol in ("s3", "s3a"):
+            kwargs = {"chunksize": UPLOAD_PART_BYTES, "max_concurrency": UPLOAD_CONCURRENCY}
+        self._retry("write", key, lambda: self.fs.put_file(local_path, self.path(key), **kwargs))
 
     def put_many(self, items: Iterable[tuple[str, bytes]]) -> None:
         """Upload several objects concurrently (fsspec batches them)."""
