@@ -1,8 +1,11 @@
 """``pylog`` subcommands that run maintenance: ``compact`` (the log cleaner) and ``retain``
 (retention).  Registered with :func:`pylog.cli.registry.command` on import.
 
-Both take the root's writer lock, run :func:`pylog.storage.maintenance.runner.maintain` at ``--now``
-(default: the current time), write the root's checkpoints and close it cleanly.  A progress
+Both run :func:`pylog.storage.maintenance.runner.maintain` at ``--now`` (default: the current
+time) as the root's writer, write its checkpoints and close it cleanly; ``compact`` on a local
+root instead reads and rewrites each partition without the writer lock and takes it only to
+swap the result in (:func:`pylog.storage.maintenance.detached.maintain_detached`), so that a
+running sink is not held up for the whole pass.  A progress
 bar is drawn on stderr when it is a terminal (:mod:`pylog.cli.progress`).
 """
 
@@ -21,7 +24,8 @@ from pylog.storage.backends.objectstore import is_object_url
 from pylog.storage.config import CleanerConfig
 from pylog.storage.errors import ConfigError, PylogError
 from pylog.storage.maintenance.cleaner import Cleaner
-from pylog.storage.maintenance.runner import maintain
+from pylog.storage.maintenance.detached import maintain_detached
+from pylog.storage.maintenance.runner import MaintenanceReport, maintain
 
 
 def _non_negative(kind: type) -> Callable[[str], Any]:
@@ -69,6 +73,9 @@ def _run(
     try:
         if is_object_url(args.root):
             open_args_root(args, read_only=True).close()  # no root there: a clear error, nothing created
+        elif compaction and not retention:
+            report = _compact_detached(args, force, budget_s, cleaner)
+            return _print(args, report)
         with open_args_root(args, read_only=False) as root, BytesProgress(enabled=not args.json) as progress:
             for t in args.topic or ():
                 root.partitions(t)  # unknown topic: a clear error before any work
@@ -86,6 +93,37 @@ def _run(
             )
     except PylogError as e:
         return fail(name, e)
+    return _print(args, report)
+
+
+LOCK_WAIT_S = 60.0
+"""How long ``pylog compact`` waits for a running writer (a sink's commit) to release a local
+root's lock before each swap."""
+
+
+def _compact_detached(
+    args: argparse.Namespace, force: bool, budget_s: float | None, cleaner: Cleaner | None
+) -> MaintenanceReport:
+    """Compaction of a local root beside its writers: each partition is read and rewritten
+    without the writer lock, which is taken only to swap the result in
+    (:func:`~pylog.storage.maintenance.detached.maintain_detached`)."""
+    with open_args_root(args, read_only=True) as root:
+        for t in args.topic or ():
+            root.partitions(t)  # unknown topic: a clear error before any work
+    now = int(time.time() * 1000) if args.now is None else args.now
+    with BytesProgress(enabled=not args.json) as progress:
+        return maintain_detached(
+            lambda read_only: open_args_root(args, read_only=read_only, lock_timeout=LOCK_WAIT_S),
+            now=now,
+            topics=args.topic,
+            force=force,
+            budget_s=budget_s,
+            cleaner=cleaner,
+            progress=progress if progress.active else None,
+        )
+
+
+def _print(args: argparse.Namespace, report: MaintenanceReport) -> int:
     if args.json:
         print(json.dumps(report.to_dict()))
     else:

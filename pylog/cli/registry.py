@@ -127,7 +127,9 @@ def storage_options(args: argparse.Namespace) -> dict[str, str] | None:
     return opts or None
 
 
-def open_args_root(args: argparse.Namespace, *, read_only: bool, create: bool = False) -> Root:
+def open_args_root(
+    args: argparse.Namespace, *, read_only: bool, create: bool = False, lock_timeout: float = 0.0
+) -> Root:
     """The root named by ``args.root``.  A missing local directory is an error unless
     ``create`` (``create-topic`` creates roots; other commands never do, so a mistyped path is
     not silently made a new, empty root).  An object-store root that cannot be opened (a
@@ -136,7 +138,7 @@ def open_args_root(args: argparse.Namespace, *, read_only: bool, create: bool = 
     if not is_object_url(args.root):
         if not create and not os.path.isdir(args.root):
             raise StorageError(f"{args.root}: no such directory (create-topic creates a root)")
-        return open_root(args.root, storage_options(args), read_only=read_only)
+        return open_root(args.root, storage_options(args), read_only=read_only, lock_timeout=lock_timeout)
     opts = storage_options(args)
     try:
         return open_root(args.root, opts, read_only=read_only)

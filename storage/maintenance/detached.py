@@ -39,13 +39,14 @@ from __future__ import annotations
 import contextlib
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from pylog.storage.backends.fs import join
 from pylog.storage.config import CleanerConfig
 from pylog.storage.errors import CommitConflictError, CorruptRecordError, PylogError, StorageError
 from pylog.storage.maintenance.cleaner import Cleaner, CleanResult, log_to_clean
+from pylog.storage.maintenance.runner import MaintenanceReport, ProgressFn
 from pylog.storage.partition import checkpoint as ckpt
 from pylog.storage.partition.log import Log
 from pylog.storage.partition.segment import LogSegment, segment_name
@@ -85,6 +86,7 @@ def clean_detached(
     cleaner: Cleaner | None = None,
     cleaner_config: CleanerConfig | None = None,
     attempts: int = 3,
+    progress: ProgressFn | None = None,
 ) -> DetachedReport:
     """Clean one partition of a local root with the writer lock held only for the swaps (see
     the module doc).  ``force`` cleans whatever the dirty ratio; partial passes (offset map
@@ -94,7 +96,7 @@ def clean_detached(
     failures = 0
     while True:
         try:
-            res = _one_pass(opener, topic, partition, now, force, cleaner, report)
+            res = _one_pass(opener, topic, partition, now, force, cleaner, report, progress)
         except CommitConflictError:
             report.conflicts += 1
             failures += 1
@@ -125,6 +127,7 @@ def _one_pass(
     force: bool,
     cleaner: Cleaner,
     report: DetachedReport,
+    progress: ProgressFn | None = None,
 ) -> CleanResult | None:
     token = secrets.token_hex(6)
     with contextlib.closing(opener(True)) as reader:
@@ -137,8 +140,21 @@ def _one_pass(
         ltc = log_to_clean(log, point, now)
         if not (ltc.cleanable_bytes > 0 if force else ltc.should_clean()):
             return None
+        steps = None
+        if progress is not None:
+            total = ltc.cleanable_bytes + sum(
+                s.size for s in log.segments if s.base_offset < ltc.first_uncleanable_offset
+            )
+            done = [0]
+
+            def steps(n: int) -> None:
+                done[0] += n
+                progress(log.directory, done[0], total)
+
         try:
-            res = cleaner.clean(log, now=now, first_dirty=ltc.first_dirty_offset, stage=STAGE_MARK + token)
+            res = cleaner.clean(
+                log, now=now, first_dirty=ltc.first_dirty_offset, stage=STAGE_MARK + token, progress=steps
+            )
         except PylogError:
             _discard_stage(log, token)
             if _changed(log, identities):
@@ -151,6 +167,7 @@ def _one_pass(
             with contextlib.suppress(PylogError, OSError):
                 seg.delete()
         raise
+    res.staged = []  # swapped in: the result describes the log now
     return res
 
 
@@ -211,6 +228,46 @@ def _swap(
         seg.delete()
 
 
+def maintain_detached(
+    opener: RootOpener,
+    *,
+    now: int,
+    topics: Iterable[str] | None = None,
+    force: bool = False,
+    budget_s: float | None = None,
+    cleaner: Cleaner | None = None,
+    progress: ProgressFn | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> MaintenanceReport:
+    """Compaction of a local root's compacted partitions (``topics``, default all) by
+    :func:`clean_detached` passes, one partition after another: what ``maintain(...,
+    retention=False)`` does, but with the writer lock held only for each swap, so that a
+    running sink's commits go on meanwhile.  ``budget_s`` is checked between partitions."""
+    cleaner = cleaner or Cleaner()
+    report = MaintenanceReport(now)
+    t0 = clock()
+    if not cleaner.config.enable:
+        report.compaction_skipped = "log.cleaner.enable=false"
+        return report
+    with contextlib.closing(opener(True)) as reader:
+        names = reader.topics() if topics is None else list(topics)
+        todo = [(t, p) for t in names if reader.config(t).compact for p in range(reader.partitions(t))]
+    for topic, partition in todo:
+        if budget_s is not None and clock() - t0 >= budget_s:
+            report.budget_exhausted = True
+            break
+        done = clean_detached(
+            opener, topic, partition, now=now, force=force, cleaner=cleaner, progress=progress
+        )
+        report.cleaning.extend(done.passes)
+        if done.passes:
+            report.cleaner_checkpoints[f"{topic}-{partition}"] = done.passes[-1].end_offset
+        if done.error:
+            report.uncleanable[f"{topic}-{partition}"] = done.error
+    report.elapsed_s = clock() - t0
+    return report
+
+
 def _changed(log: Log, identities: dict[int, str | None]) -> bool:
     return any(
         log.storage.identity(join(log.directory, f"{segment_name(b)}.log")) != i
@@ -243,4 +300,11 @@ def _sweep_stale(log: Log) -> int:
     return removed
 
 
-__all__ = ["STAGE_MARK", "STALE_STAGE_S", "DetachedReport", "RootOpener", "clean_detached"]
+__all__ = [
+    "STAGE_MARK",
+    "STALE_STAGE_S",
+    "DetachedReport",
+    "RootOpener",
+    "clean_detached",
+    "maintain_detached",
+]

@@ -272,3 +272,28 @@ def test_a_staged_segment_swept_before_the_swap_is_a_conflict_not_a_hole(
     report = clean_detached(_opener(path), "c", 0, now=NOW, force=True)
     assert report.conflicts == 1 and report.passes, report  # the second pass did the work
     _check_cleaned(before, _rows(path))  # no offset lost
+
+
+def test_pylog_compact_on_a_local_root_lets_a_writer_commit_during_its_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``pylog compact`` beside a running sink: the sink's commits (here appends that do not
+    wait for the lock) go on while a pass reads and rewrites; the lock is taken to swap."""
+    import json
+
+    from pylog.cli import main
+
+    path = _root(tmp_path)
+    before = _rows(path)
+
+    def sink_commits() -> None:
+        with open_root(path, lock_timeout=0.0) as root:
+            root.append("c", pa.table({"key": [b"k0"], "value": [b"during-" + PAD]}), partition=0)
+        before.extend(_rows(path))
+
+    calls = _hook_before_swap(monkeypatch, sink_commits)
+    assert main(["compact", str(path), "--force", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert calls and [c["directory"] for c in report["cleaning"]] == ["c-0"]
+    _check_cleaned(before, _rows(path))
+    assert _rows(path)[-1][2].startswith(b"during-")
