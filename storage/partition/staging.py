@@ -62,6 +62,8 @@ class StagedSegment:
     size: int
     files: tuple[tuple[str, int], ...] | None = None
     batches: bytes | None = field(default=None, repr=False)
+    inline: tuple[tuple[str, bytes], ...] = field(default=(), repr=False)
+    """Small index files (kind, bytes) carried with the message instead of uploaded."""
 
     @property
     def records(self) -> int:
@@ -338,6 +340,8 @@ def adopt(log: Log, name: str, seg: StagedSegment, *, now: int | None = None) ->
     try:
         _retire_active(log)
         final = join(directory, segment_name(base))
+        for kind, data in seg.inline:  # small indexes: written into the state, no object
+            storage.write_atomic(f"{final}.{kind}", data)
         for kind in ("index", "timeindex", "txnindex", "log"):
             if kind in sizes:
                 src, n = sizes[kind]

@@ -236,7 +236,14 @@ class StagedFile:
             d["segments"] = [
                 [s.base, s.next_offset, s.size]
                 if s.files is None
-                else [s.base, s.next_offset, s.size, [list(f) for f in s.files], s.batches]
+                else [
+                    s.base,
+                    s.next_offset,
+                    s.size,
+                    [list(f) for f in s.files],
+                    s.batches,
+                    [list(i) for i in s.inline],
+                ]
                 for s in self.segments
             ]
         return d
@@ -259,7 +266,8 @@ def _segment(s: list[object]) -> StagedSegment:
     if len(s) == 3:
         return StagedSegment(base, nxt, size)
     files = tuple((str(k), int(n)) for k, n in s[3])  # type: ignore[attr-defined]
-    return StagedSegment(base, nxt, size, files, bytes(s[4]))  # type: ignore[call-overload]
+    inline = tuple((str(k), bytes(b)) for k, b in (s[5] if len(s) > 5 else ()))  # type: ignore[attr-defined]
+    return StagedSegment(base, nxt, size, files, bytes(s[4]), inline)  # type: ignore[call-overload]
 
 
 def group_staged(staged: Iterable[StagedFile]) -> dict[tuple[str, int], list[StagedFile]]:

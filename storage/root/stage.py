@@ -26,6 +26,7 @@ from typing import Protocol
 import numpy as np
 
 from pylog.storage.backends.fs import AppendFile, LocalStorage, Storage
+from pylog.storage.backends.manifest import INLINE_MAX
 from pylog.storage.codec import batch as B
 from pylog.storage.config import LogConfig
 from pylog.storage.partition import staging
@@ -173,14 +174,21 @@ class ObjectSegmentStager(_LogStager):
                 return StagedFile(self.topic, self.partition, self.name, data)
             out = []
             for seg in segs:
-                files = []
+                files, small = [], []
                 for path in staging.staged_paths(self._dir, self.name, seg):
-                    if local.exists(path):
-                        remote = staging.unique_staged_path(path, self._token)
-                        self._upload(remote, str(local.resolve(path)))
-                        self._uploaded.append(remote)
-                        files.append((remote.rsplit("/", 1)[-1], local.size(path)))
-                out.append(replace(seg, files=tuple(files), batches=self._log.batches(seg.base)))
+                    if not local.exists(path):
+                        continue
+                    kind = path.rsplit(".", 2)[-2]
+                    if kind != "log" and local.size(path) <= INLINE_MAX:  # kept in the state anyway
+                        small.append((kind, local.read(path)))
+                        continue
+                    remote = staging.unique_staged_path(path, self._token)
+                    self._upload(remote, str(local.resolve(path)))
+                    self._uploaded.append(remote)
+                    files.append((remote.rsplit("/", 1)[-1], local.size(path)))
+                out.append(
+                    replace(seg, files=tuple(files), batches=self._log.batches(seg.base), inline=tuple(small))
+                )
             return StagedFile(self.topic, self.partition, self.name, segments=tuple(out))
         finally:
             shutil.rmtree(self._tmp, ignore_errors=True)

@@ -178,8 +178,8 @@ def test_object_store_staging_inline_or_as_objects(
     s3_backend: Backend, monkeypatch: pytest.MonkeyPatch, inline_limit: int
 ) -> None:
     """Small stagings travel in the commit message (no staged object); larger ones are staged
-    segments uploaded as objects (log, offset index, time index), which the commit adopts as
-    the segments' files.  Either way the batch is published exactly once and no staged object
+    segments uploaded as objects (the log; indexes too unless they are small enough to be kept
+    in the state, as here), which the commit adopts as the segments' files.  Either way the batch is published exactly once and no staged object
     is left that the state does not hold."""
     monkeypatch.setattr(sink, "STAGE_INLINE_BYTES", inline_limit)
     o = opts(s3_backend, partitions="2")
@@ -191,7 +191,7 @@ def test_object_store_staging_inline_or_as_objects(
     ]
     carried = [d.get("data") is not None for m in msgs for d in m.staged]
     assert carried and all(carried) == (inline_limit > 0) and any(carried) == (inline_limit > 0)
-    assert len(staged_files(s3_backend)) == (0 if inline_limit else 3 * len(carried))
+    assert len(staged_files(s3_backend)) == (0 if inline_limit else len(carried))  # the .log objects
     sink.publish(o, msgs, 0)
     sink.publish(o, msgs, 0)  # a replay: skipped
     with s3_backend.open(read_only=True) as r:

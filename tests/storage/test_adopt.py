@@ -49,6 +49,9 @@ def test_a_commit_adopts_staged_objects_without_reading_them(s3_backend: Backend
         root.create_topic("t", 1, CONFIG)
         staged = [stage(root, 0, task, 400) for task in range(2)]
     assert all(s.segments and s.segments[0].files for s in staged)
+    for seg in (seg for s in staged for seg in s.segments or ()):  # small indexes travel inline
+        assert [f.split(".")[-3] for f, _ in seg.files or ()] == ["log"]
+        assert {k for k, _ in seg.inline} == {"index", "timeindex"}
     assert sum(len(s.segments or ()) for s in staged) >= 4  # rolled at segment.bytes
     staged_keys = {k for k in _objects(s3_backend) if ".pylog-stage." in k}
     with s3_backend.open() as root:
