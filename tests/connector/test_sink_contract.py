@@ -179,8 +179,8 @@ def test_object_store_staging_inline_or_as_objects(
 ) -> None:
     """Small stagings travel in the commit message (no staged object); larger ones are staged
     segments uploaded as objects (the log; indexes too unless they are small enough to be kept
-    in the state, as here), which the commit adopts as the segments' files.  Either way the batch is published exactly once and no staged object
-    is left that the state does not hold."""
+    in the state, as here), which the commit adopts as the segments' files.  Either way the
+    batch is published exactly once and no staged object is left that the state does not hold."""
     monkeypatch.setattr(sink, "STAGE_INLINE_BYTES", inline_limit)
     o = opts(s3_backend, partitions="2")
     sink.prepare_topics(o)
