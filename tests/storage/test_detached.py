@@ -297,3 +297,26 @@ def test_pylog_compact_on_a_local_root_lets_a_writer_commit_during_its_pass(
     assert calls and [c["directory"] for c in report["cleaning"]] == ["c-0"]
     _check_cleaned(before, _rows(path))
     assert _rows(path)[-1][2].startswith(b"during-")
+
+
+def test_maintain_detached_cleans_compacted_partitions_within_its_budget(tmp_path: Path) -> None:
+    from pylog.storage.maintenance.detached import maintain_detached
+
+    path = _root(tmp_path)
+    with open_root(path) as root:  # a second compacted topic and one that is not
+        root.create_topic("d", 1, {"cleanup.policy": "compact", "segment.bytes": "4096"})
+        root.create_topic("plain", 1, {"segment.bytes": "4096"})
+        for i in range(60):
+            for topic in ("d", "plain"):
+                root.append(
+                    topic, pa.table({"key": [b"k%d" % (i % 5)], "value": [b"v%d-" % i + PAD]}), partition=0
+                )
+    ticks = iter(range(100))
+    spent = maintain_detached(_opener(path), now=NOW, force=True, budget_s=1.5, clock=lambda: next(ticks))
+    assert spent.budget_exhausted and [c.directory for c in spent.cleaning] == [
+        "c-0"
+    ]  # one, then out of time
+    report = maintain_detached(_opener(path), now=NOW, force=True)
+    assert [c.directory for c in report.cleaning] == ["d-0"]  # c-0 is clean now; plain is not compacted
+    assert not report.budget_exhausted and not report.uncleanable
+    assert "d-0: cleaned" in report.summary()
