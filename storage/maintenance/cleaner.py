@@ -244,7 +244,6 @@ class Cleaner:
         self._map: OffsetMap | None = None
         self.uncleanable: dict[str, str] = {}
         self._verified: dict[str, tuple[int, int]] = {}  # segment -> file range checked this pass
-        self._stage: str | None = None
 
     @property
     def offset_map(self) -> OffsetMap:
@@ -283,11 +282,7 @@ class Cleaner:
             if self.config.throttled
             else None
         )
-        self._stage = stage
-        try:
-            self._clean(log, now, start, upper, omap, result, progress, should_stop, throttle)
-        finally:
-            self._stage = None
+        self._clean(log, now, start, upper, omap, result, progress, should_stop, throttle, stage)
         if throttle is not None:
             result.throttled_s = throttle.slept_s
         return result
@@ -303,6 +298,7 @@ class Cleaner:
         progress: Progress | None,
         should_stop: Callable[[], bool] | None,
         throttle: Throttler | None,
+        stage: str | None = None,
     ) -> None:
         self._build_offset_map(log, start, upper, omap, result, progress, should_stop, throttle)
         end = omap.latest_offset + 1
@@ -336,7 +332,7 @@ class Cleaner:
             mapped,
         )
         for group in groups:
-            self._clean_group(log, group, rule, tracker, result, progress, now, throttle)
+            self._clean_group(log, group, rule, tracker, result, progress, now, throttle, stage)
 
     # ------------------------------------------------------------------ offset map
 
@@ -403,9 +399,10 @@ class Cleaner:
         progress: Progress | None,
         now: int,
         throttle: Throttler | None = None,
+        stage: str | None = None,
     ) -> None:
         base = group[0].base_offset
-        suffix = self._stage or ".cleaned"
+        suffix = stage or ".cleaned"
         LogSegment(log.storage, log.directory, base, log.config, suffix=suffix).delete()  # leftovers
         cleaned = LogSegment(log.storage, log.directory, base, log.config, suffix=suffix, created_ms=now)
         try:
@@ -435,7 +432,7 @@ class Cleaner:
             raise
         finally:
             tracker.cleaned_index = None
-        if self._stage is None:
+        if stage is None:
             log.replace_segments([cleaned], group, now=now)
         else:
             cleaned.flush()

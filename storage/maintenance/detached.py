@@ -46,7 +46,7 @@ from pylog.storage.backends.fs import join
 from pylog.storage.config import CleanerConfig
 from pylog.storage.errors import CommitConflictError, CorruptRecordError, PylogError, StorageError
 from pylog.storage.maintenance.cleaner import Cleaner, CleanResult, log_to_clean
-from pylog.storage.maintenance.runner import MaintenanceReport, ProgressFn
+from pylog.storage.maintenance.runner import MaintenanceReport, ProgressFn, pass_progress
 from pylog.storage.partition import checkpoint as ckpt
 from pylog.storage.partition.log import Log
 from pylog.storage.partition.segment import LogSegment, segment_name
@@ -140,20 +140,13 @@ def _one_pass(
         ltc = log_to_clean(log, point, now)
         if not (ltc.cleanable_bytes > 0 if force else ltc.should_clean()):
             return None
-        steps = None
-        if progress is not None:
-            total = ltc.cleanable_bytes + sum(
-                s.size for s in log.segments if s.base_offset < ltc.first_uncleanable_offset
-            )
-            done = [0]
-
-            def steps(n: int) -> None:
-                done[0] += n
-                progress(log.directory, done[0], total)
-
         try:
             res = cleaner.clean(
-                log, now=now, first_dirty=ltc.first_dirty_offset, stage=STAGE_MARK + token, progress=steps
+                log,
+                now=now,
+                first_dirty=ltc.first_dirty_offset,
+                stage=STAGE_MARK + token,
+                progress=pass_progress(progress, ltc),
             )
         except PylogError:
             _discard_stage(log, token)

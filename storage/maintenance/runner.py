@@ -281,15 +281,12 @@ def _compact(
             break
         d, ltc = max(exact, key=lambda x: x[1].cleanable_ratio)
         key, lg = candidates[d]
-        total = ltc.cleanable_bytes + sum(
-            s.size for s in lg.segments if s.base_offset < ltc.first_uncleanable_offset
-        )
         try:
             res = cleaner.clean(
                 lg,
                 now=now,
                 first_dirty=ltc.first_dirty_offset,
-                progress=_Steps(progress, lg.directory, total),
+                progress=pass_progress(progress, ltc),
                 should_stop=out_of_time,
             )
         except PylogError as e:
@@ -305,13 +302,21 @@ def _compact(
             del candidates[d]  # clean up to its uncleanable point (or no progress possible)
 
 
-class _Steps:
-    """Adapts the cleaner's byte counts to a :data:`ProgressFn`."""
+def pass_progress(progress: ProgressFn | None, ltc: LogToClean) -> Callable[[int], None] | None:
+    """The cleaner's byte counts of one pass over ``ltc``'s log, reported to ``progress`` as
+    ``(log directory, bytes done, bytes to do)``: the dirty bytes and the segments below the
+    first uncleanable offset, which the pass reads."""
+    if progress is None:
+        return None
+    lg = ltc.log
+    total = ltc.cleanable_bytes + sum(
+        s.size for s in lg.segments if s.base_offset < ltc.first_uncleanable_offset
+    )
+    done = 0
 
-    def __init__(self, fn: ProgressFn | None, what: str, total: int):
-        self.fn, self.what, self.total, self.done = fn, what, total, 0
+    def steps(n: int) -> None:
+        nonlocal done
+        done += n
+        progress(lg.directory, done, total)
 
-    def __call__(self, n: int) -> None:
-        self.done += n
-        if self.fn is not None:
-            self.fn(self.what, self.done, self.total)
+    return steps

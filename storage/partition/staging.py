@@ -44,6 +44,8 @@ from pylog.storage.partition.segment import LogSegment, fitting_batches, segment
 
 STAGED_SUFFIX = ".staged"
 _KINDS = ("index", "timeindex", "log")  # renamed in this order: a .log is never without its indexes
+STAGED_KINDS = ("index", "timeindex", "txnindex", "log")
+"""The files a staged segment may have, indexes first (the order of :func:`staged_paths`)."""
 _BASE = B.FIELD["base_offset"]
 _NOT_LINKABLE = B.TRANSACTIONAL_MASK | B.CONTROL_MASK
 
@@ -78,7 +80,7 @@ def staged_stem(name: str, base: int) -> str:
 def staged_log_path(directory: str, name: str, seg: StagedSegment) -> str:
     """The ``.log`` of a staged segment (its batches)."""
     if seg.files is not None:
-        return next(join(directory, f) for f, _ in seg.files if f.split(".")[-3] == "log")
+        return next(join(directory, f) for f, _ in seg.files if _object_kind(f) == "log")
     return f"{join(directory, staged_stem(name, seg.base))}.log{STAGED_SUFFIX}"
 
 
@@ -88,7 +90,12 @@ def staged_paths(directory: str, name: str, seg: StagedSegment) -> list[str]:
     if seg.files is not None:
         return [join(directory, f) for f, _ in seg.files]
     stem = join(directory, staged_stem(name, seg.base))
-    return [f"{stem}.{kind}{STAGED_SUFFIX}" for kind in (*_KINDS[:2], "txnindex", "log")]
+    return [f"{stem}.{kind}{STAGED_SUFFIX}" for kind in STAGED_KINDS]
+
+
+def _object_kind(name: str) -> str:
+    """The kind (``log``, ``index``...) of an uploaded staged object's name (see below)."""
+    return name.split(".")[-3]
 
 
 def unique_staged_path(path: str, token: str) -> str:
@@ -329,7 +336,7 @@ def adopt(log: Log, name: str, seg: StagedSegment, *, now: int | None = None) ->
         )
     base = log.log_end_offset
     patch = overlay.encode(positions, offsets + (base - seg.base))
-    sizes = {f.split(".")[-3]: (f, n) for f, n in seg.files}  # kind -> (object name, bytes)
+    sizes = {_object_kind(f): (f, n) for f, n in seg.files}  # kind -> (object name, bytes)
     if sizes.get("log", ("", -1))[1] != seg.size:
         raise CorruptRecordError(
             f"staged segment {seg.base}: its .log object has {sizes.get('log', ('', 0))[1]} bytes, "
@@ -342,7 +349,7 @@ def adopt(log: Log, name: str, seg: StagedSegment, *, now: int | None = None) ->
         final = join(directory, segment_name(base))
         for kind, data in seg.inline:  # small indexes: written into the state, no object
             storage.write_atomic(f"{final}.{kind}", data)
-        for kind in ("index", "timeindex", "txnindex", "log"):
+        for kind in STAGED_KINDS:
             if kind in sizes:
                 src, n = sizes[kind]
                 storage.adopt(join(directory, src), f"{final}.{kind}", n, patch if kind == "log" else None)
@@ -362,6 +369,7 @@ def adopt(log: Log, name: str, seg: StagedSegment, *, now: int | None = None) ->
 
 
 __all__ = [
+    "STAGED_KINDS",
     "STAGED_SUFFIX",
     "StagedSegment",
     "StagingLog",

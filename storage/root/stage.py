@@ -175,10 +175,11 @@ class ObjectSegmentStager(_LogStager):
             out = []
             for seg in segs:
                 files, small = [], []
-                for path in staging.staged_paths(self._dir, self.name, seg):
+                for kind, path in zip(
+                    staging.STAGED_KINDS, staging.staged_paths(self._dir, self.name, seg), strict=True
+                ):
                     if not local.exists(path):
                         continue
-                    kind = path.rsplit(".", 2)[-2]
                     if kind != "log" and local.size(path) <= INLINE_MAX:  # kept in the state anyway
                         small.append((kind, local.read(path)))
                         continue
