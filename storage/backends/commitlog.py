@@ -416,6 +416,7 @@ def publish(
                     raise _conflict(store, n, f"a format 1 writer created manifest {n}")
         raw = encode_commit(n, token, base.writer, now, ch)
         creating_at = time.monotonic()
+        step("creating")
         if store.create(commit_key(n), raw):
             step("manifest-created")
             new = apply(base, ch, n, token, len(raw))

@@ -312,6 +312,16 @@ class ObjectStorage(Storage):
         uploaded_at = time.monotonic()
         self.store.put_many(uploads)
         self._step("uploaded")
+        creating = False  # a create of our commit object is in flight (it may have landed)
+
+        def step(name: str) -> None:
+            nonlocal creating
+            if name in ("creating", "manifest-created"):
+                creating = True
+            elif name == "conflict":
+                creating = False  # that create lost: our commit is not there
+            self._step(name)
+
         try:
             if time.monotonic() - uploaded_at > self.orphan_grace_s() / 2:
                 # an orphan sweep may take these uploads for a crashed writer's: upload them again
@@ -328,12 +338,17 @@ class ObjectStorage(Storage):
                 confirmed_at=self._confirmed_at,
                 mergers=self.mergers,
                 read=self._read_ref,
-                step=self._step,
+                step=step,
             )
         except BaseException as e:
-            self.conflicts += isinstance(e, CommitConflictError)
-            with contextlib.suppress(Exception):
-                self.store.delete([k for k, _ in uploads])
+            conflict = isinstance(e, CommitConflictError)
+            self.conflicts += conflict
+            if conflict or not creating:
+                # our commit is not there: its uploads are nobody's.  Once its create may have
+                # landed (an interrupt or a lost reply after it), they may be the state's files:
+                # they are left to the orphan sweep, which deletes only what no commit holds.
+                with contextlib.suppress(Exception):
+                    self.store.delete([k for k, _ in uploads])
             raise
         self._confirmed_at = time.monotonic()
         self.rebases += done.rebased

@@ -87,9 +87,14 @@ def _sweepable(key: str, snap: Snapshot) -> bool:
 
 def check_empty_prefix(store: ObjectStore) -> None:
     """Before a root's first commit: the prefix must hold nothing but probes, direct objects and
-    uploads of earlier attempts, or the sweep would take those objects (a copied Kafka log
-    directory, another dataset) for garbage."""
-    other = sorted(k for k in store.list("") if not k.startswith((PROBES, DIRECT)) and not is_upload_key(k))
+    uploads of earlier attempts (data, or the checkpoint of a first commit that never landed), or
+    the sweep would take those objects (a copied Kafka log directory, another dataset) for
+    garbage."""
+    other = sorted(
+        k
+        for k in store.list("")
+        if not k.startswith((PROBES, DIRECT, CHECKPOINTS)) and k != HINT and not is_upload_key(k)
+    )
     if other:
         raise StorageError(
             f"{store.url}: holds {len(other)} objects but no pylog manifest (e.g. {other[0]!r}); "

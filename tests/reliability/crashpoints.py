@@ -21,12 +21,15 @@ from __future__ import annotations
 import contextlib
 import itertools
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
+from pylog.storage.backends import commitlog
+from pylog.storage.backends.fs import Storage
+from pylog.storage.backends.objectfs import ObjectStorage
 from pylog.storage.codec import records
 from pylog.storage.maintenance import retention
 from pylog.storage.maintenance import runner as maintenance
@@ -35,6 +38,7 @@ from pylog.storage.root.manager import Root, partition_dir
 from pylog.storage.root.stage import open_stager
 from tests.reliability.checker import TP, InvariantViolation, Row, Stats, read_rows, read_storage
 from tests.reliability.memfs import Crash, MemStorage
+from tests.reliability.worlds import ObjectWorld, World, new_world, write_format_1
 
 T0 = 1_700_000_000_000
 Served = dict[TP, list[Row]]
@@ -46,7 +50,7 @@ class NamedCrash(Crash):
 
 @dataclass
 class Context:
-    storage: MemStorage
+    storage: Storage
     root: Root
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -61,11 +65,16 @@ class Scenario:
     "content" - nothing served changes (checkpoints, close)."""
 
     name: str
-    setup: Callable[[MemStorage], Context]
+    setup: Callable[[Storage], Context]
     phases: list[Callable[[Context], None]]
     kind: str = "atomic"
     after_recovery: Callable[[Context, Root, int], None] | None = None  # (ctx, writer, phases done)
     topics: tuple[str, ...] = ()
+    worlds: tuple[str, ...] = ("local", "object")  # where it runs (see tests.reliability.worlds)
+    delete_delay_ms: int = 0  # an object store's pylog.file_delete_delay_ms
+
+    def world(self, label: str) -> World:
+        return new_world(label, self.name, delete_delay_ms=self.delete_delay_ms)
 
     def action(self, ctx: Context) -> None:
         for phase in self.phases:
@@ -123,7 +132,7 @@ def _stage(
 # ============================================================================ scenarios
 
 
-def _root(st: MemStorage, topics: dict[str, tuple[int, dict[str, str]]]) -> Root:
+def _root(st: Storage, topics: dict[str, tuple[int, dict[str, str]]]) -> Root:
     root = Root(st)
     for t, (n, cfg) in topics.items():
         root.create_topic(t, n, cfg)
@@ -133,7 +142,7 @@ def _root(st: MemStorage, topics: dict[str, tuple[int, dict[str, str]]]) -> Root
 SMALL = {"segment.bytes": "400", "index.interval.bytes": "60"}
 
 
-def s_append_roll(st: MemStorage) -> Context:
+def s_append_roll(st: Storage) -> Context:
     root = _root(st, {"t": (2, SMALL)})
     _fill(root, "t", 0, "a", 7)
     _fill(root, "t", 1, "b", 4)
@@ -148,7 +157,7 @@ def a_append_roll(ctx: Context) -> None:
     ctx.root.append("t", t)
 
 
-def s_publish(st: MemStorage) -> Context:
+def s_publish(st: Storage) -> Context:
     root = _root(st, {"t": (2, SMALL), "u": (1, SMALL)})
     root.publish("q", 0, _stage(root, "q", 0, 0, {("t", 0): [b"p0-a", b"p0-b"], ("u", 0): [b"p0-c"]}))
     parts = {("t", 0): [b"p1-%d" % i for i in range(5)], ("t", 1): [b"p1-x"], ("u", 0): [b"p1-y", b"p1-z"]}
@@ -156,7 +165,7 @@ def s_publish(st: MemStorage) -> Context:
     return Context(st, root, {"files": files, "parts": parts})
 
 
-def s_publish_linked(st: MemStorage) -> Context:
+def s_publish_linked(st: Storage) -> Context:
     """A local disk's publish: staged segments linked into the logs (the larger ones: patched
     and renamed) or copied (those below ``copy_below``), across a segment roll."""
     root = _root(st, {"t": (2, SMALL), "u": (1, SMALL)})
@@ -193,14 +202,12 @@ def r_publish(ctx: Context, writer: Root, done: int) -> None:
     vals = [r[2] for rows in served.values() for r in rows]
     if len(vals) != len(set(vals)) or not all(v in vals for vs in ctx.extra["parts"].values() for v in vs):
         raise InvariantViolation(f"after the replay, batch 1 is not there exactly once: {served}")
-    left = [
-        n for t, p in served for n in writer.storage.listdir(partition_dir(t, p)) if n.startswith(".pylog")
-    ]
+    left = [n for t, p in served for n in writer.storage.listdir_staged(partition_dir(t, p))]
     if left:
         raise InvariantViolation(f"staged files left after the replay: {left}")
 
 
-def s_sink_commit(st: MemStorage) -> Context:
+def s_sink_commit(st: Storage) -> Context:
     """The sink's commit: publish, then embedded retention on the touched partitions."""
     cfg = {**SMALL, "retention.bytes": "500"}
     root = _root(st, {"t": (1, cfg)})
@@ -221,7 +228,7 @@ def a_sink_maintain(ctx: Context) -> None:
 COMPACT = {"cleanup.policy": "compact", "segment.bytes": "100000", "min.cleanable.dirty.ratio": "0.01"}
 
 
-def s_compact(st: MemStorage) -> Context:
+def s_compact(st: Storage) -> Context:
     root = _root(st, {"c": (1, COMPACT)})
     lg = root.writable_log("c", 0)
     for seg in range(3):
@@ -239,7 +246,7 @@ def a_compact(ctx: Context) -> None:
 MULTI = {"cleanup.policy": "compact", "segment.bytes": "260", "min.cleanable.dirty.ratio": "0.01"}
 
 
-def s_compact_groups(st: MemStorage) -> Context:
+def s_compact_groups(st: Storage) -> Context:
     root = _root(st, {"c": (1, MULTI)})
     for i in range(16):
         root.append("c", rows_of([b"v%02d" % i], [b"k%d" % (i % 5)]), partition=0)
@@ -249,7 +256,7 @@ def s_compact_groups(st: MemStorage) -> Context:
 RETAIN = {"segment.bytes": "300", "retention.bytes": "350"}
 
 
-def s_retain(st: MemStorage) -> Context:
+def s_retain(st: Storage) -> Context:
     root = _root(st, {"r": (1, RETAIN)})
     _fill(root, "r", 0, "r", 20, per_call=2)
     root.flush()
@@ -268,7 +275,7 @@ def a_retain_all(ctx: Context) -> None:
     retention.retain(lg, now=T0 + 10_000_000)
 
 
-def s_checkpoint(st: MemStorage) -> Context:
+def s_checkpoint(st: Storage) -> Context:
     root = _root(st, {"t": (2, SMALL)})
     _fill(root, "t", 0, "a", 6)
     _fill(root, "t", 1, "b", 2)
@@ -284,13 +291,13 @@ def a_checkpoint(ctx: Context) -> None:
     ctx.root.flush()
 
 
-def s_empty(st: MemStorage) -> Context:
+def s_empty(st: Storage) -> Context:
     root = _root(st, {"other": (1, {})})
     _fill(root, "other", 0, "o", 2)
     return Context(st, root)
 
 
-def s_bare(st: MemStorage) -> Context:
+def s_bare(st: Storage) -> Context:
     return Context(st, Root(st))
 
 
@@ -308,7 +315,7 @@ def r_create_topic(ctx: Context, writer: Root, done: int) -> None:
         raise InvariantViolation("create_topic(exist_ok=True) did not complete a half-created topic")
 
 
-def s_unclean(st: MemStorage) -> Context:
+def s_unclean(st: Storage) -> Context:
     """A writer that died in the middle of a publish (data appended past the high watermark,
     a segment rolled): the next writer's recovery truncates it."""
     root = _root(st, {"t": (1, SMALL)})
@@ -322,6 +329,7 @@ def s_unclean(st: MemStorage) -> Context:
     files = _stage(root, "q", 0, 0, {("t", 0): [b"lost-%d" % i for i in range(9)]})
     with contextlib.suppress(NamedCrash):
         root.publish("q", 0, files)
+    assert isinstance(st, MemStorage)  # a local disk's recovery (object stores have none)
     st2 = st.kill()  # the process died; the next one opens the files
     _swap_storage(st, st2)
     return Context(st, Root(st))
@@ -337,6 +345,81 @@ def a_recover(ctx: Context) -> None:
     ctx.root.append("t", rows_of([b"after-recovery"]), partition=0)
 
 
+# ---------------------------------------------------------------- object stores only
+
+
+@contextlib.contextmanager
+def _checkpoint_every_commit() -> Iterator[None]:
+    was = commitlog.CHECKPOINT_INTERVAL
+    commitlog.CHECKPOINT_INTERVAL = 1
+    try:
+        yield
+    finally:
+        commitlog.CHECKPOINT_INTERVAL = was
+
+
+def s_objects(st: Storage) -> Context:
+    root = _root(st, {"t": (2, {"segment.bytes": "100000"})})
+    _fill(root, "t", 0, "a", 6)
+    _fill(root, "t", 1, "b", 3)
+    root.append("t", rows_of([b"big-0-" + b"x" * 5000]), partition=1)  # a sealed segment object
+    return Context(st, root)
+
+
+def a_append_checkpoint(ctx: Context) -> None:
+    """An append that seals segment objects in both partitions, in a commit that writes a
+    checkpoint and the hint and deletes what the checkpoint made garbage."""
+    vals = [b"big-%02d-" % i + b"x" * 1500 for i in range(8)]
+    t = rows_of(vals).append_column("partition", pa.array([i % 2 for i in range(8)], pa.int32()))
+    with _checkpoint_every_commit():
+        ctx.root.append("t", t)
+
+
+def s_format_1(st: Storage) -> Context:
+    """A root written by pylog before the commit log: one manifest (format 1)."""
+    assert isinstance(st, ObjectStorage)
+    src = ObjectWorld.new("format-1-source")
+    root = _root(src.open(), {"t": (2, {"segment.bytes": "100000"})})
+    _fill(root, "t", 0, "a", 5)
+    root.append("t", rows_of([b"big-" + b"x" * 5000]), partition=1)
+    snap = ObjectStorage(src.store, read_only=True).snapshot
+    fs, sbase, dbase = src.store.fs, src.store.base, st.store.base
+    write_format_1(
+        snap,
+        lambda key: fs.pipe_file(f"{dbase}/{key}", fs.cat_file(f"{sbase}/{key}")),
+        lambda key, data: fs.pipe_file(f"{dbase}/{key}", data),
+    )
+    st.refresh()
+    if not st.snapshot.from_v1:
+        raise InvariantViolation("the scenario's root is not read as format 1")
+    return Context(st, Root(st))
+
+
+def a_upgrade(ctx: Context) -> None:
+    """The first commit into a format 1 root upgrades it (marker manifest, checkpoint, commit)."""
+    ctx.root.append("t", rows_of([b"after-upgrade"]), partition=1)
+
+
+def s_race(st: Storage) -> Context:
+    """Another writer (of another topic) commits between this writer's snapshot and its commit:
+    the commit is re-based onto it."""
+    assert isinstance(st, ObjectStorage)
+    root = _root(st, {"t": (1, SMALL), "u": (1, SMALL)})
+    _fill(root, "t", 0, "a", 2)
+    other_st = ObjectStorage(st.store)
+    other_st.mergers = dict(st.mergers)
+    other = Root(other_st)
+    other.append("u", rows_of([b"other-writer"]), partition=0)
+    return Context(st, root)
+
+
+def a_rebased_append(ctx: Context) -> None:
+    rebases = ctx.storage.rebases  # type: ignore[attr-defined]
+    ctx.root.append("t", rows_of([b"rebased"]), partition=0)
+    if ctx.storage.rebases != rebases + 1:  # type: ignore[attr-defined]
+        raise InvariantViolation("the append was not re-based onto the other writer's commit")
+
+
 SCENARIOS = [
     Scenario("append+roll", s_append_roll, [a_append_roll], topics=("t",)),
     Scenario("publish", s_publish, [a_publish], after_recovery=r_publish, topics=("t", "u")),
@@ -344,13 +427,25 @@ SCENARIOS = [
     Scenario("sink-commit+retention", s_sink_commit, [a_sink_publish, a_sink_maintain], topics=("t",)),
     Scenario("compaction-swap", s_compact, [a_compact], topics=("c",)),
     Scenario("compaction-groups", s_compact_groups, [a_compact], kind="between", topics=("c",)),
-    Scenario("retention-delete", s_retain, [a_retain], kind="between", topics=("r",)),
-    Scenario("retention-delete-all", s_retain, [a_retain_all], kind="between", topics=("r",)),
-    Scenario("checkpoint", s_checkpoint, [a_checkpoint], kind="content", topics=("t",)),
-    Scenario("close", s_checkpoint, [a_close], kind="content", topics=("t",)),
+    Scenario("retention-delete", s_retain, [a_retain], kind="between", topics=("r",), worlds=("local",)),
+    Scenario(
+        "retention-delete-all", s_retain, [a_retain_all], kind="between", topics=("r",), worlds=("local",)
+    ),
+    Scenario("checkpoint", s_checkpoint, [a_checkpoint], kind="content", topics=("t",), worlds=("local",)),
+    Scenario("close", s_checkpoint, [a_close], kind="content", topics=("t",), worlds=("local",)),
     Scenario("create-topic", s_empty, [a_create_topic], after_recovery=r_create_topic, topics=("other", "t")),
     Scenario("create-first-topic", s_bare, [a_create_topic], after_recovery=r_create_topic, topics=("t",)),
-    Scenario("writer-recovery", s_unclean, [a_recover], topics=("t",)),
+    Scenario("writer-recovery", s_unclean, [a_recover], topics=("t",), worlds=("local",)),
+    Scenario("append+checkpoint", s_objects, [a_append_checkpoint], topics=("t",), worlds=("object",)),
+    Scenario("format-1-upgrade", s_format_1, [a_upgrade], topics=("t",), worlds=("object",)),
+    Scenario(
+        "rebased-append",
+        s_race,
+        [a_rebased_append],
+        topics=("t", "u"),
+        worlds=("object",),
+        delete_delay_ms=60_000,  # a state this young is still trusted: the commit races, then re-bases
+    ),
 ]
 
 
@@ -369,13 +464,13 @@ def _values(served: Served) -> dict[TP, list[tuple[int, bytes]]]:
     return {tp: [(r[0], r[2]) for r in rows] for tp, rows in served.items() if rows}
 
 
-def _serve(st: MemStorage, topics: tuple[str, ...]) -> tuple[Served, Root, Served]:
-    reader = Root(st, read_only=True)
+def _serve(world: World, topics: tuple[str, ...]) -> tuple[Served, Root, Served]:
+    reader = Root(world.open(read_only=True), read_only=True)
     try:
         served_r = read_rows(reader, topics, probes=3)
     finally:
         reader.close()
-    writer = Root(st)
+    writer = Root(world.open())
     for t in writer.topics():
         for p in range(writer.partitions(t)):
             writer.writable_log(t, p)
@@ -410,31 +505,36 @@ def _classify(sc: Scenario, got: Served, states: list[Served], who: str, where: 
     )
 
 
-_STATES: dict[str, list[Served]] = {}
+_STATES: dict[tuple[str, str], list[Served]] = {}
 
 
-def states_of(sc: Scenario) -> list[Served]:
+def states_of(sc: Scenario, world: str = "local") -> list[Served]:
     """What a reader is served before the operation and after each of its phases (no crash)."""
-    if sc.name not in _STATES:
-        st = MemStorage(sc.name)
-        ctx = sc.setup(st)
-        states = [read_storage(st, sc.topics)]
+    if (sc.name, world) not in _STATES:
+        w = sc.world(world)
+        ctx = sc.setup(w.open())
+        states = [read_storage(w.open(read_only=True), sc.topics)]
         for phase in sc.phases:
             phase(ctx)
-            states.append(read_storage(st, sc.topics))
-        _STATES[sc.name] = states
-    return _STATES[sc.name]
+            states.append(read_storage(w.open(read_only=True), sc.topics))
+        _STATES[(sc.name, world)] = states
+    return _STATES[(sc.name, world)]
 
 
-def run_crash(sc: Scenario, *, how: str, k: int, kind: str) -> Outcome:
+def _arm_named(ctx: Context, hook: Callable[[str], None]) -> None:
+    ctx.root.step_hook = hook
+    if hasattr(ctx.storage, "step_hook"):  # an object store's commit steps
+        ctx.storage.step_hook = hook
+
+
+def run_crash(sc: Scenario, *, how: str, k: int, kind: str, world: str = "local") -> Outcome:
     """Run ``sc``, crash after its k-th storage step (``how="step"``) or named step
-    (``how="named"``), recover from a ``kind`` ("kill" or "power") crash and check."""
-    st = MemStorage(sc.name)
-    ctx = sc.setup(st)
+    (``how="named"``), recover from a ``kind`` crash (the world's: "kill", "power",
+    "lost-reply") and check."""
+    w = sc.world(world)
+    ctx = sc.setup(w.open())
     if how == "step":
-        st.record_steps = True
-        st.steps = []
-        st.crash_after(k)
+        w.crash_after(k, kind)
     else:
         seen = [0]
 
@@ -443,30 +543,33 @@ def run_crash(sc: Scenario, *, how: str, k: int, kind: str) -> Outcome:
             if seen[0] == k:
                 raise NamedCrash(name)
 
-        ctx.root.step_hook = hook
+        _arm_named(ctx, hook)
     try:
         sc.action(ctx)
-        raise AssertionError(f"{sc.name}: no crash at {how} step {k}")
+        if kind != "lost-reply":
+            raise AssertionError(f"{sc.name}: no crash at {how} step {k}")
+        label = f"step {k} ({w.steps[k - 1] if len(w.steps) >= k else '?'}), its reply lost"
     except NamedCrash as e:
         label = f"named step {k} ({e})"
     except Crash:
-        label = f"step {k} ({st.steps[-1] if st.steps else '?'})"
-    st.crash_after(None)
-    st._dead = False
-    after = st.kill() if kind == "kill" else st.power_cut(random.Random(k), tear=0.5)
-    return _recover(sc, ctx, after, label, kind)
+        label = f"step {k} ({w.steps[-1] if w.steps else '?'})"
+    w.crash_after(None)
+    after = w.survivor("power" if kind == "power" else "kill", random.Random(k))
+    return _recover(sc, ctx, after, label, kind, world)
 
 
-def _recover(sc: Scenario, ctx: Context, st: MemStorage, label: str, kind: str) -> Outcome:
-    states = states_of(sc)
-    where = f"crash after {label}, {kind}"
-    served_r, writer, served_w = _serve(st, sc.topics)
+def _recover(sc: Scenario, ctx: Context, w: World, label: str, kind: str, world: str) -> Outcome:
+    states = states_of(sc, world)
+    where = f"{world} root, crash after {label}, {kind}"
+    served_r, writer, served_w = _serve(w, sc.topics)
     done = _classify(sc, served_w, states, "recovered writer", where)
     seen_by_reader = _classify(sc, served_r, states, "reader", where)
     if seen_by_reader > done and sc.kind != "between":
         raise InvariantViolation(
             f"{sc.name} {where}: a reader saw more of the operation than the writer kept"
         )
+    if kind == "lost-reply" and sc.kind == "atomic" and done != len(sc.phases):
+        raise InvariantViolation(f"{sc.name} {where}: the operation completed, but its result is not served")
     if sc.after_recovery is not None:
         sc.after_recovery(ctx, writer, done)
     # the recovered root keeps working: one more acknowledged append, then a clean reopen
@@ -474,7 +577,7 @@ def _recover(sc: Scenario, ctx: Context, st: MemStorage, label: str, kind: str) 
     mark = b"post-" + label.encode()
     writer.append(t, rows_of([mark]), partition=0)
     writer.close()
-    again = Root(st, read_only=True)
+    again = Root(w.open(read_only=True), read_only=True)
     try:
         final = read_rows(again, sc.topics, probes=0)
     finally:
@@ -485,43 +588,49 @@ def _recover(sc: Scenario, ctx: Context, st: MemStorage, label: str, kind: str) 
     return Outcome(label, kind, done, sum(len(rows) for rows in served_w.values()))
 
 
-def count_steps(sc: Scenario) -> tuple[int, list[str]]:
+def count_steps(sc: Scenario, world: str = "local") -> tuple[int, list[str]]:
     """(number of storage steps, names of the named steps) of the scenario's operation."""
-    st = MemStorage(sc.name)
-    ctx = sc.setup(st)
+    w = sc.world(world)
+    ctx = sc.setup(w.open())
     names: list[str] = []
-    ctx.root.step_hook = names.append
-    start = st.step_count
+    _arm_named(ctx, names.append)
+    start = w.step_count
     sc.action(ctx)
-    return st.step_count - start, names
+    return w.step_count - start, names
 
 
 def enumerate_scenario(
-    sc: Scenario, stats: Stats | None = None, kinds: tuple[str, ...] = ("kill", "power")
+    sc: Scenario, stats: Stats | None = None, kinds: tuple[str, ...] | None = None, world: str = "local"
 ) -> list[Outcome]:
     """Crash ``sc`` after every storage step and every named step, for each kind of crash;
     checks that the outcome never goes back to an earlier phase as the crash point moves on."""
-    n, names = count_steps(sc)
+    n, names = count_steps(sc, world)
     outcomes: list[Outcome] = []
-    for kind in kinds:
-        seq = [run_crash(sc, how="step", k=k, kind=kind) for k in range(1, n + 1)]
+    for kind in kinds or sc.world(world).kinds:
+        seq = [run_crash(sc, how="step", k=k, kind=kind, world=world) for k in range(1, n + 1)]
         if sc.kind != "content":
             done = [o.phases_done for o in seq]
             if any(b < a for a, b in itertools.pairwise(done)):
                 raise InvariantViolation(
-                    f"{sc.name} ({kind}): the outcome went back to an earlier state: "
+                    f"{sc.name} ({world}, {kind}): the outcome went back to an earlier state: "
                     + " ".join(str(o.phases_done) for o in seq)
                     + "\n"
                     + "\n".join(f"{o.step}={o.phases_done}" for o in seq)
                 )
         outcomes.extend(seq)
-        outcomes.extend(run_crash(sc, how="named", k=k, kind=kind) for k in range(1, len(names) + 1))
+        if kind != "lost-reply":
+            outcomes.extend(
+                run_crash(sc, how="named", k=k, kind=kind, world=world) for k in range(1, len(names) + 1)
+            )
     if stats is not None:
         stats.crash_points += len(outcomes)
         stats.kills += sum(o.kind == "kill" for o in outcomes)
         stats.power_cuts += sum(o.kind == "power" for o in outcomes)
         stats.recoveries += len(outcomes)
         stats.records_checked += sum(o.records for o in outcomes)
+        lost = sum(o.kind == "lost-reply" for o in outcomes)
+        if lost:
+            stats.bump("lost_replies", lost)
     return outcomes
 
 

@@ -1,10 +1,13 @@
-"""Crash-point enumeration (issue #9; TESTING.md A1, A2, A8, A9, B13, B14, C25, F43).
+"""Crash-point enumeration (issue #9; TESTING.md A1, A2, A8, A9, B13, B14, C25, F43, G45-G48).
 
-Every multi-step storage operation - acknowledged append with rolls, sink publish, sink commit
-with its embedded retention, compaction swap (one group and several), retention, checkpoints,
-clean close, topic creation, and a writer's own recovery - is crashed after each of its storage
-steps and each of its named steps, as a process kill and as a power cut; see
-:mod:`tests.reliability.crashpoints` for the checks.
+Every multi-step storage operation - acknowledged append with rolls, sink publish (copied,
+linked, or on object stores adopted), sink commit with its embedded retention, compaction swap
+(one group and several), retention, checkpoints, clean close, topic creation, and a writer's own
+recovery - is crashed after each of its storage steps and each of its named steps.  On a local
+disk as a process kill and as a power cut; on an object store as a kill and as a lost reply
+(each request landed but its response lost), including the commit log's own steps: segment
+uploads, checkpoint, commit create, hint, garbage deletes, a format 1 upgrade and a re-based
+commit.  See :mod:`tests.reliability.crashpoints` and :mod:`tests.reliability.worlds`.
 """
 
 from __future__ import annotations
@@ -17,15 +20,19 @@ from pylog.storage.config import LogConfig
 from pylog.storage.partition.loader import load_log
 from pylog.storage.partition.log import Log
 from tests.reliability.checker import Stats
-from tests.reliability.crashpoints import SCENARIOS, Scenario, enumerate_scenario, run_crash
+from tests.reliability.crashpoints import SCENARIOS, Scenario, count_steps, enumerate_scenario, run_crash
 from tests.reliability.memfs import Crash, MemStorage
 
+CASES = [(s, w) for s in SCENARIOS for w in s.worlds]
 
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
-def test_crash_after_every_step(scenario: Scenario) -> None:
+
+@pytest.mark.parametrize(("scenario", "world"), CASES, ids=[f"{s.name}-{w}" for s, w in CASES])
+def test_crash_after_every_step(scenario: Scenario, world: str) -> None:
     stats = Stats()
-    outcomes = enumerate_scenario(scenario, stats)
+    outcomes = enumerate_scenario(scenario, stats, world=world)
     assert stats.crash_points == len(outcomes) > 0
+    if world == "object":
+        assert stats.extra["lost_replies"] > 0 and stats.kills > 0
     if scenario.kind == "atomic" and len(scenario.phases) == 1 and not scenario.name.startswith("create-"):
         # the operation commits at one step: crashes before it roll back, after it roll forward
         assert {o.phases_done for o in outcomes} == {0, 1}, scenario.name
@@ -44,8 +51,6 @@ B13 = {  # named step -> state after a crash there (kill, power cut): Kafka's te
 
 def test_compaction_swap_steps_roll_back_then_forward_as_kafka() -> None:
     sc = next(s for s in SCENARIOS if s.name == "compaction-swap")
-    from tests.reliability.crashpoints import count_steps
-
     _, names = count_steps(sc)
     checked = set()
     for k, name in enumerate(names, start=1):
@@ -56,6 +61,32 @@ def test_compaction_swap_steps_roll_back_then_forward_as_kafka() -> None:
         assert (kill, power) == B13[name], (k, name)
         checked.add(name)
     assert checked == set(B13)
+
+
+def test_an_object_store_commit_is_enumerated_request_by_request() -> None:
+    """The commit log's steps are each a crash point: segment uploads, checkpoint, the commit's
+    conditional create (the commit point), hint and garbage deletes; a writer interrupted once
+    its commit landed keeps what the commit holds (it used to delete the new segment objects)."""
+    sc = next(s for s in SCENARIOS if s.name == "append+checkpoint")
+    w = sc.world("object")
+    ctx = sc.setup(w.open())
+    w.crash_after(10**6)  # count and name the requests, never crash
+    sc.action(ctx)
+    steps = " ".join(w.steps)
+    for what in (
+        "put t-0/00000000000000000000.log.",
+        "put t-1/",
+        "put _pylog/checkpoints/",
+        "create _pylog/log/",
+        "put _pylog/_last_checkpoint",
+        "delete _pylog/log/",
+    ):
+        assert what in steps, (what, w.steps)
+    _, names = count_steps(sc, "object")
+    landed = [k for k, name in enumerate(names, start=1) if name in ("manifest-created", "hint-written")]
+    assert len(landed) == 2
+    done = [run_crash(sc, how="named", k=k, kind="kill", world="object").phases_done for k in landed]
+    assert done == [1, 1]
 
 
 def _log(st: MemStorage) -> Log:

@@ -14,11 +14,7 @@ import pytest
 from pylog.storage.backends import commitlog
 from pylog.storage.backends.manifest import (
     INLINE_MAX,
-    encode_manifest,
-    inline_file,
     manifest_key,
-    new_manifest,
-    object_file,
     parse_manifest,
 )
 from pylog.storage.backends.objectfs import ObjectStorage
@@ -27,6 +23,7 @@ from pylog.storage.errors import CorruptMetadataError, UnsupportedFormatError
 from pylog.storage.root import publish as pub
 from pylog.storage.root.manager import Root
 from tests.conftest import Backend
+from tests.reliability.worlds import write_format_1
 from tests.storage.test_objectstore import client, cold_cache, keys, with_options
 
 
@@ -190,18 +187,11 @@ def _as_format_1(src: Backend, dst: Backend) -> None:
         snap = storage(r).snapshot
     fs = client(src)
     sbase, dbase = src.url[len("s3://") :], dst.url[len("s3://") :]
-    files = {}
-    for path, ref in snap.files.items():
-        if ref.data is not None:
-            files[path] = inline_file(ref.data)
-        else:
-            assert ref.key is not None
-            fs.pipe_file(f"{dbase}/{ref.key}", fs.cat_file(f"{sbase}/{ref.key}"))
-            files[path] = object_file(ref.size, ref.key)
-    doc = new_manifest(
-        3, writer="f" * 32, base_writer="e" * 32, time_ms=0, files=files, dirs=snap.dirs, garbage=[]
+    write_format_1(
+        snap,
+        lambda key: fs.pipe_file(f"{dbase}/{key}", fs.cat_file(f"{sbase}/{key}")),
+        lambda key, data: fs.pipe_file(f"{dbase}/{key}", data),
     )
-    fs.pipe_file(f"{dbase}/{manifest_key(3)}", encode_manifest(doc))
 
 
 def test_a_format_1_root_is_read_and_upgraded_by_its_first_commit(s3_backend: Backend) -> None:
