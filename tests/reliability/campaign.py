@@ -36,25 +36,41 @@ from tests.reliability.killer import run_kills
 from tests.reliability.workload import PowerCutWorkload
 
 # shares of the time left after the crash points
-SPLIT = {"power": 0.30, "kills": 0.20, "faults": 0.10, "readers": 0.10, "fuzz": 0.20, "model": 0.10}
+SPLIT = {
+    "power": 0.22,
+    "object": 0.08,
+    "kills": 0.20,
+    "faults": 0.10,
+    "readers": 0.10,
+    "fuzz": 0.20,
+    "model": 0.10,
+}
 
 
 def crash_points() -> dict[str, Any]:
     stats = Stats()
     per: dict[str, int] = {}
     for sc in SCENARIOS:
-        before = stats.crash_points
-        enumerate_scenario(sc, stats)
-        per[sc.name] = stats.crash_points - before
-    return {"crash_points": stats.crash_points, "per_scenario": per, "records_checked": stats.records_checked}
+        for world in sc.worlds:
+            before = stats.crash_points
+            enumerate_scenario(sc, stats, world=world)
+            per[f"{sc.name} ({world})"] = stats.crash_points - before
+    return {
+        "crash_points": stats.crash_points,
+        "kills": stats.kills,
+        "power_cuts": stats.power_cuts,
+        "lost_replies": stats.extra.get("lost_replies", 0),
+        "per_scenario": per,
+        "records_checked": stats.records_checked,
+    }
 
 
-def power_cuts(seconds: float, first_seed: int) -> Stats:
+def power_cuts(seconds: float, first_seed: int, world: str = "local") -> Stats:
     total = Stats()
     deadline = time.monotonic() + seconds
     seed = first_seed
     while time.monotonic() < deadline:
-        total.add(PowerCutWorkload(seed).run(10))
+        total.add(PowerCutWorkload(seed, world=world).run(10))
         seed += 1
     total.bump("seeds", seed - first_seed)
     return total
@@ -210,6 +226,19 @@ def main(argv: list[str] | None = None) -> int:
         f"  power cuts: {pc.power_cuts} (+{pc.kills} simulated kills), records checked {pc.records_checked}"
     )
 
+    ob = power_cuts(rest * SPLIT["object"], args.seed, world="object")
+    figures["object_store_kills"] = {
+        "kills": ob.kills,
+        "records_checked": ob.records_checked,
+        "lost": ob.lost,
+        "duplicated": ob.duplicated,
+        "inconsistent": ob.inconsistent,
+        "unordered": ob.unordered,
+        "phantom": ob.phantom,
+        **ob.extra,
+    }
+    print(f"  object-store writer kills: {ob.kills}, records checked {ob.records_checked}")
+
     figures["kills"] = kills(rest * SPLIT["kills"], args.seed)
     print(f"  SIGKILLs: {figures['kills']['kills']}, records checked {figures['kills']['records_checked']}")
 
@@ -237,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
 
     violations = (
         pc.violations
+        + ob.violations
         + figures["kills"]["violations"]
         + rf["violations"]
         + rd["violations"]
@@ -248,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
         pc.lost
         + pc.duplicated
         + pc.inconsistent
+        + ob.lost
+        + ob.duplicated
+        + ob.inconsistent
         + figures["kills"]["violations"]
         + rf["lost"]
         + rf["phantom"]
@@ -257,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     figures["records_checked"] = (
         figures["crash_points"]["records_checked"]
         + pc.records_checked
+        + ob.records_checked
         + figures["kills"]["records_checked"]
         + rf["records_checked"]
     )

@@ -1,4 +1,6 @@
-"""A seeded random writer over a :class:`MemStorage`, crashed again and again (power cuts, kills).
+"""A seeded random writer over a :class:`MemStorage`, crashed again and again (power cuts, kills),
+or over an in-memory object store (``world="object"``: killed after a random request; see
+:mod:`tests.reliability.worlds`).
 
 :class:`PowerCutWorkload` drives a :class:`Root` with the operations a pylog writer performs -
 acknowledged appends (``Root.append``, rolling small segments), exactly-once sink publishes
@@ -26,7 +28,8 @@ from pylog.storage.root import publish as pub
 from pylog.storage.root.manager import Root, partition_dir
 from pylog.storage.root.stage import open_stager
 from tests.reliability.checker import TP, InvariantViolation, Model, Row, Stats, log_starts, read_rows
-from tests.reliability.memfs import Crash, MemStorage
+from tests.reliability.memfs import Crash
+from tests.reliability.worlds import World, new_world
 
 try:  # compaction and retention (issue #4/#5) may not be there yet
     from pylog.storage.maintenance import runner as maintenance
@@ -62,13 +65,23 @@ class Inflight:
 class PowerCutWorkload:
     """One seeded history of operations and crashes; :meth:`run` returns its :class:`Stats`."""
 
-    def __init__(self, seed: int, *, tear: float = 0.5, kill_share: float = 0.2, max_ops: int = 40):
+    def __init__(
+        self,
+        seed: int,
+        *,
+        tear: float = 0.5,
+        kill_share: float = 0.2,
+        max_ops: int = 40,
+        world: str = "local",
+    ):
         self.seed = seed
         self.rng = random.Random(seed)
         self.tear = tear
         self.kill_share = kill_share
         self.max_ops = max_ops
-        self.storage = MemStorage(f"seed-{seed}")
+        self.world: World = new_world(world, f"seed-{seed}")
+        if world != "local":
+            self.kill_share = 1.0  # an object store keeps every request that landed: a power cut is a kill
         self.model = Model(compacted={"compacted"})
         self.stats = self.model.stats
         self.counter = 0
@@ -181,7 +194,7 @@ class PowerCutWorkload:
 
     def op_read(self, root: Root) -> None:
         """A lock-free reader beside the live writer sees every acknowledged record."""
-        reader = Root(root.storage, read_only=True)
+        reader = Root(self.world.open(read_only=True), read_only=True)
         try:
             served = read_rows(reader, TOPICS, probes=2)
             self.model.check(served, starts=log_starts(reader), context="live reader")
@@ -218,10 +231,10 @@ class PowerCutWorkload:
 
     def episode(self) -> None:
         """Run operations until the storage crashes (or ``max_ops``), then crash and recover."""
-        st = self.storage
-        st.crash_after(self.rng.randint(1, 250))
+        world = self.world
+        world.crash_after(self.rng.randint(1, 250 if world.label == "local" else 40))
         try:
-            root = Root(st)
+            root = Root(world.open())
             self._ensure_topics(root)
             for _ in range(self.max_ops):
                 op = self._choose()
@@ -242,18 +255,18 @@ class PowerCutWorkload:
                     self.inflight = Inflight("close")
                     root.close()
                     self.inflight = None
-                    root = Root(st)
+                    root = Root(world.open())
                 elif op == "read":
                     self.op_read(root)
         except Crash:
-            pass
-        st.crash_after(None)
+            self.stats.bump("crashed_in_" + (self.inflight.kind if self.inflight else "nothing"))
+        world.crash_after(None)
         if self.rng.random() < self.kill_share:
-            self.storage = st.kill()
+            self.world = world.survivor("kill", self.rng)
             self.stats.kills += 1
             kind = "kill"
         else:
-            self.storage = st.power_cut(self.rng, tear=self.tear)
+            self.world = world.survivor("power", self.rng)
             self.stats.power_cuts += 1
             kind = "power cut"
         self.log.append(f"-- {kind} during {self.inflight.kind if self.inflight else 'nothing'}")
@@ -265,7 +278,7 @@ class PowerCutWorkload:
         self.inflight = None
         pending = inflight.values if inflight and inflight.kind in ("append", "publish") else {}
         ctx = f"seed {self.seed}, after {self.log[-1]}"
-        reader = Root(self.storage, read_only=True)
+        reader = Root(self.world.open(read_only=True), read_only=True)
         try:
             served_r = read_rows(reader, TOPICS, probes=3)
             vis_r = self.model.check(
@@ -273,7 +286,7 @@ class PowerCutWorkload:
             )
         finally:
             reader.close()
-        writer = Root(self.storage)
+        writer = Root(self.world.open())
         self._ensure_topics(writer)
         served_w = read_rows(writer, TOPICS, probes=2)
         vis_w = self.model.check(
@@ -299,10 +312,10 @@ class PowerCutWorkload:
             if out is not None:
                 self._ack_publish(inflight, out)
             self.stats.bump("replays")
-        if self.rng.random() < 0.5:
+        if self.rng.random() < 0.5 or writer._writer is None:
             writer.close()  # clean shutdown
         else:
-            writer._writer.close()  # type: ignore[union-attr]  # the writer goes away uncleanly
+            writer._writer.close()  # the writer goes away uncleanly
 
     def run(self, episodes: int) -> Stats:
         for _ in range(episodes):
