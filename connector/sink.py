@@ -74,6 +74,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from pylog.storage.backends.fs import Storage
 from pylog.storage.backends.objectfs import ObjectStorage
 from pylog.storage.codec import records
 from pylog.storage.codec.compression import codec_id
@@ -83,7 +84,7 @@ from pylog.storage.errors import ConfigError, SinkSchemaError, StorageError
 from pylog.storage.maintenance import runner as maintenance
 from pylog.storage.partition.log import check_keys, timestamp_type
 from pylog.storage.root import publish as pub
-from pylog.storage.root.manager import Root, open_root
+from pylog.storage.root.manager import Root, open_root, open_staging
 from pylog.storage.root.metadata import MAX_PARTITIONS
 from pylog.storage.root.stage import Stager, open_stager
 
@@ -257,20 +258,31 @@ def check_schema(schema: StructType, opts: SinkOptions) -> None:
         )
 
 
-def prepare_topics(opts: SinkOptions) -> None:
-    """Check (or, with the ``partitions`` option, create) the target topic on the driver."""
-    if opts.topic is None:
-        return
+TopicMeta = dict[str, tuple[int, LogConfig]]
+"""Partition count and config per topic, as the driver read them when it planned the write."""
+
+
+def _topic_meta(root: Root) -> TopicMeta:
+    return {t: (root.partitions(t), root.config(t)) for t in root.topics()}
+
+
+def prepare_topics(opts: SinkOptions) -> TopicMeta:
+    """Check (or, with the ``partitions`` option, create) the target topic on the driver, and
+    return the root's topics as its tasks will stage for them.  Like a Kafka producer's
+    metadata, this is as of the planning of the write (each micro-batch plans again)."""
     try:
         root = _open(opts, read_only=True)
     except StorageError:
         root = None  # the root does not exist yet
     if root is not None:
         try:
-            if opts.topic in root.topics():
-                return
+            meta = _topic_meta(root)
         finally:
             root.close()
+        if opts.topic is None or opts.topic in meta:
+            return meta
+    if opts.topic is None:
+        return {}
     if opts.partitions is None:
         raise ConfigError(
             f"topic {opts.topic!r} does not exist in {opts.path}; create it (pylog create-topic) or set "
@@ -278,6 +290,30 @@ def prepare_topics(opts: SinkOptions) -> None:
         )
     with _open(opts, read_only=False) as writer:
         writer.create_topic(opts.topic, opts.partitions, opts.topic_config, exist_ok=True)
+        return _topic_meta(writer)
+
+
+class _TaskTopics:
+    """What a task needs of the root: each topic's partition count and config, taken from the
+    driver's metadata; the root is opened only for a topic not in it (a ``topic`` column
+    naming a topic created since the write was planned)."""
+
+    def __init__(self, opts: SinkOptions, known: TopicMeta):
+        self.opts = opts
+        self.known = dict(known)
+        self.root: Root | None = None
+
+    def get(self, topic: str) -> tuple[int, LogConfig]:
+        meta = self.known.get(topic)
+        if meta is None:
+            if self.root is None:
+                self.root = _open(self.opts, read_only=True)
+            meta = self.known[topic] = (self.root.partitions(topic), self.root.config(topic))
+        return meta
+
+    def close(self) -> None:
+        if self.root is not None:
+            self.root.close()
 
 
 def _open(opts: SinkOptions, *, read_only: bool) -> Root:
@@ -317,12 +353,16 @@ def stage_task(
     task: int,
     attempt: int,
     query_id: str | None = None,
+    topics: TopicMeta | None = None,
 ) -> PylogCommitMessage:
     """Executor side: encode and stage this task's rows; nothing becomes visible here.
     ``query_id`` (Spark's streaming query id) names the staged files and travels to the
-    driver in the commit message; without it (batch writes) the sink id does."""
+    driver in the commit message; without it (batch writes) the sink id does.  ``topics``:
+    the driver's metadata (:func:`prepare_topics`); with it, the task reads nothing of the
+    root (on an object store: no request before its uploads)."""
     writer_id = pub.validate_sink_id(query_id) if query_id else opts.sink_id
-    root = _open(opts, read_only=True)
+    storage = open_staging(opts.path, opts.storage_options or None)
+    root = _TaskTopics(opts, topics or {})
     files: dict[tuple[str, int], Stager] = {}
     counts = 0
     sticky: dict[str, list[int]] = {}
@@ -333,7 +373,17 @@ def stage_task(
                 continue
             counts += rb.num_rows
             _stage_batch(
-                root, rb, opts, task, files, int(time.time() * 1000), batch_id, attempt, writer_id, sticky
+                root,
+                storage,
+                rb,
+                opts,
+                task,
+                files,
+                int(time.time() * 1000),
+                batch_id,
+                attempt,
+                writer_id,
+                sticky,
             )
         # object stores: a small staging travels in the commit message (no PUT, GET, DELETE)
         small = sum(f.size for f in files.values()) <= STAGE_INLINE_BYTES
@@ -369,7 +419,8 @@ def _sticky_partitions(sizes: np.ndarray, num: int, state: list[int], switch_byt
 
 
 def _stage_batch(
-    root: Root,
+    root: _TaskTopics,
+    storage: Storage,
     rb: pa.RecordBatch,
     opts: SinkOptions,
     task: int,
@@ -402,8 +453,7 @@ def _stage_batch(
             sel = np.arange(n)
         else:
             sel = np.nonzero(pc.equal(topic_col, topic).to_numpy(zero_copy_only=False))[0]
-        num = root.partitions(topic)  # unknown topic: a clear error from the root
-        config = root.config(topic)
+        num, config = root.get(topic)  # unknown topic: a clear error from the root
         topic_key = None if key is None else (key if len(distinct) == 1 else key.take(pa.array(sel)))
         check_keys(config, topic_key, f"topic {topic!r}")  # the broker's check of a compacted topic
         if "partition" in col:
@@ -438,13 +488,13 @@ def _stage_batch(
             f = files.get((topic, p))
             if f is None:
                 name = pub.stage_name(writer_id, batch_id, task, attempt)
-                f = files[(topic, p)] = open_stager(root.storage, topic, p, name, config, _local_dir())
+                f = files[(topic, p)] = open_stager(storage, topic, p, name, config, _local_dir())
             enc = records.encode(
                 value.take(rows),
                 None if key is None else key.take(rows),
                 now_ms if ts_type == 1 else ts[rows.to_numpy()],
                 None if headers is None else headers.take(rows),
-                codec=opts.codec or _topic_codec(root, topic),
+                codec=opts.codec or _topic_codec(config),
                 batch_bytes=min(opts.batch_bytes, config.max_message_bytes - 12),
                 timestamp_type=ts_type,
                 base_offset=f.next_offset,
@@ -455,8 +505,8 @@ def _stage_batch(
             f.write(enc.buffer, enc.batches)
 
 
-def _topic_codec(root: Root, topic: str) -> str:
-    ct = root.config(topic).compression_type
+def _topic_codec(config: LogConfig) -> str:
+    ct = config.compression_type
     return "none" if ct in ("producer", "uncompressed") else ct
 
 
@@ -585,15 +635,16 @@ def discard(opts: SinkOptions, messages: list[Any]) -> None:
 
 
 class PylogStreamWriter(DataSourceStreamArrowWriter):
-    def __init__(self, opts: SinkOptions, overwrite: bool):
+    def __init__(self, opts: SinkOptions, overwrite: bool, topics: TopicMeta | None = None):
         self.opts = opts
         self.overwrite = overwrite
+        self.topics = topics or {}  # pickled to the tasks: they need not open the root
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> PylogCommitMessage:
         task, attempt, batch, query = _task_ids()
         if batch is None:
             raise RuntimeError("pylog sink: no streaming batch id in the task context")
-        return stage_task(iterator, self.opts, batch, task, attempt, query)
+        return stage_task(iterator, self.opts, batch, task, attempt, query, self.topics)
 
     def commit(self, messages: list[Any], batchId: int) -> None:
         publish(self.opts, messages, batchId, overwrite=self.overwrite)
@@ -603,13 +654,14 @@ class PylogStreamWriter(DataSourceStreamArrowWriter):
 
 
 class PylogBatchWriter(DataSourceArrowWriter):
-    def __init__(self, opts: SinkOptions, overwrite: bool):
+    def __init__(self, opts: SinkOptions, overwrite: bool, topics: TopicMeta | None = None):
         self.opts = opts
         self.overwrite = overwrite
+        self.topics = topics or {}
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> PylogCommitMessage:
         task, attempt, _, _ = _task_ids()
-        return stage_task(iterator, self.opts, 0, task, attempt)
+        return stage_task(iterator, self.opts, 0, task, attempt, topics=self.topics)
 
     def commit(self, messages: list[Any]) -> None:
         publish(self.opts, messages, 0, overwrite=self.overwrite, streaming=False)
@@ -637,5 +689,7 @@ def make_writer(
     and the target topic created if asked for, on the driver before any task runs."""
     opts = parse_sink_options(options, streaming=streaming)
     check_schema(schema, opts)
-    prepare_topics(opts)
-    return PylogStreamWriter(opts, overwrite) if streaming else PylogBatchWriter(opts, overwrite)
+    topics = prepare_topics(opts)
+    if streaming:
+        return PylogStreamWriter(opts, overwrite, topics)
+    return PylogBatchWriter(opts, overwrite, topics)

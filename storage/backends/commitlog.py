@@ -361,11 +361,12 @@ def publish(
     mergers: dict[str, Merger] | None = None,
     read: Callable[[Ref], bytes],
     step: Callable[[str], None] = lambda _: None,
+    touched: set[str] | None = None,
 ) -> Published:
     """Commit the tree ``files``/``dirs`` (whose objects are uploaded) as the state after
     ``base``; see the module doc.  Raises CommitConflictError when another writer's change
     overlaps."""
-    ours = diff(base, files, dirs)
+    ours = diff(base, files, dirs, touched)
     dropped = dropped_keys(base, ours)
     delay = store.file_delete_delay_ms
     if (time.monotonic() - confirmed_at) * 1000 >= delay / 2 and not base.from_v1:

@@ -39,6 +39,7 @@ and the compactor merges small ones (:mod:`pylog.storage.maintenance.merge`).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import re
@@ -145,7 +146,7 @@ class ObjectStorage(Storage):
 
     external_changes = False  # files change only through manifests, never renamed from outside
 
-    def __init__(self, store: ObjectStore, *, read_only: bool = False):
+    def __init__(self, store: ObjectStore, *, read_only: bool = False, load: bool = True):
         self.store = store
         self.read_only = read_only
         self.step_hook: Callable[[str], None] | None = None
@@ -156,11 +157,13 @@ class ObjectStorage(Storage):
         self.rebases = 0  # commits re-based on other writers' (disjoint) commits
         self.conflicts = 0  # commits that lost to an overlapping one (the operation runs again)
         self._confirmed_at = float("-inf")  # when the snapshot was last known to be the newest
-        self._base: dict[str, _Entry] = {}  # the snapshot's files, as working-tree entries
+        self._base: dict[str, Ref] = {}  # the snapshot's files (never modified)
         self._adopted_base: set[str] | None = None  # keys of staged objects the snapshot holds
         self._adopting: set[str] = set()
-        self._files: dict[str, _Entry] = {}
+        self._files: dict[str, _Entry | Ref] = {}  # the working tree: Refs are the snapshot's
+        self._touched: set[str] = set()  # paths added, changed or removed since the snapshot
         self._dirs: set[str] = set()
+        self._tree: dict[str, set[str]] | None = None  # dir -> names in it (lazy; see _children)
         self._direct: dict[str, int] | None = None
         self._direct_mtimes: dict[str, float] = {}  # of the last listing (staged data's age)
         self._deferred: list[str] = []
@@ -168,14 +171,17 @@ class ObjectStorage(Storage):
         self.in_transaction = False
         self.kafka_dir = False
         self.uploads_aborted = 0
-        self.refresh()
+        if load:  # without: an empty tree, for staging only (no request)
+            self.refresh()
 
     @classmethod
     def open(
-        cls, url: str, storage_options: dict[str, Any] | None = None, *, read_only: bool
+        cls, url: str, storage_options: dict[str, Any] | None = None, *, read_only: bool, load: bool = True
     ) -> ObjectStorage:
-        st = cls(ObjectStore(url, storage_options), read_only=read_only)
-        if read_only and st.number < 0 and not st._load_kafka_dir():
+        """``load=False``: the state is not read (no request); only for staging, which writes
+        direct objects and reads nothing of the tree."""
+        st = cls(ObjectStore(url, storage_options), read_only=read_only, load=load)
+        if load and read_only and st.number < 0 and not st._load_kafka_dir():
             raise StorageError(
                 f"{url}: no pylog root here (no commit under {LOG} or manifest under {MANIFESTS}); "
                 "create one with a writer "
@@ -233,14 +239,19 @@ class ObjectStorage(Storage):
     def _load(self, snap: Snapshot, keep_deferred: bool = False) -> None:
         self.snapshot = snap
         self._adopted_base = None
-        self._base = {p: _Entry(r.size, key=r.key, data=r.data, patch=r.patch) for p, r in snap.files.items()}
+        self._base = snap.files
         self._reset_working(keep_deferred)
 
     def _reset_working(self, keep_deferred: bool = False) -> None:
         """Working tree = the manifest's; direct objects are listed again when needed."""
-        self._files = dict(self._base)
+        files: dict[str, _Entry | Ref] = dict(self._base)
+        dirs = set(self.snapshot.dirs)
+        if files.keys() != self._files.keys() or dirs != self._dirs:
+            self._tree = None  # (after this root's own commit the names are the same)
+        self._files = files
+        self._touched = set()
         self._adopting = set()
-        self._dirs = set(self.snapshot.dirs)
+        self._dirs = dirs
         self._direct = None
         if not keep_deferred:
             self._deferred = []
@@ -251,13 +262,13 @@ class ObjectStorage(Storage):
         same bytes, or the clean-shutdown marker a writer removes and writes back, is no change)."""
         if not self._dirty:
             return False
-        if self._dirs != self.snapshot.dirs or self._files.keys() != self._base.keys():
+        if self._dirs != self.snapshot.dirs:
             return True
-        for path, e in self._files.items():
-            b = self._base[path]
+        for path in self._touched:
+            e, b = self._files.get(path), self._base.get(path)
             if e is b:
                 continue
-            if not e.local or b.data is None or bytes(e.data or b"") != bytes(b.data):
+            if e is None or b is None or not e.local or b.data is None or bytes(e.data or b"") != b.data:
                 return True
         return False
 
@@ -290,10 +301,15 @@ class ObjectStorage(Storage):
             orphans.check_empty_prefix(self.store)
         self.store.probe()
         token = uuid.uuid4().hex
-        files: dict[str, Ref] = {}
+        files = dict(self.snapshot.files)  # then what this transaction touched
         uploads: list[tuple[str, bytes]] = []
-        for path, e in self._files.items():
-            if e.local:
+        for path in sorted(self._touched):
+            e = self._files.get(path)
+            if e is None:
+                files.pop(path, None)
+            elif isinstance(e, Ref):
+                files[path] = e
+            elif e.local:
                 data = bytes(e.data or b"")
                 if holds_inline(path, len(data)):
                     files[path] = Ref(len(data), data=data)
@@ -339,6 +355,7 @@ class ObjectStorage(Storage):
                 mergers=self.mergers,
                 read=self._read_ref,
                 step=step,
+                touched=self._touched,
             )
         except BaseException as e:
             conflict = isinstance(e, CommitConflictError)
@@ -425,7 +442,7 @@ class ObjectStorage(Storage):
 
     # ------------------------------------------------------------------ Storage
 
-    def _entry(self, path: str) -> _Entry:
+    def _entry(self, path: str) -> _Entry | Ref:
         e = self._files.get(path)
         if e is None:
             raise FileNotFoundError(f"{self.store.url}/{path}: no such file")
@@ -469,19 +486,59 @@ class ObjectStorage(Storage):
         path = self.check_relative(path)
         return path == "" or path in self._dirs
 
+    def _set(self, path: str, entry: _Entry | Ref) -> None:
+        """Put a file into the working tree (its directory too)."""
+        if path not in self._files:
+            self._tree_add(path)
+        self._files[path] = entry
+        self._touched.add(path)
+        d = parent(path)
+        if d and d not in self._dirs:
+            self._dirs.add(d)
+            self._tree_add(d)
+
+    def _tree_add(self, path: str) -> None:
+        if self._tree is None:
+            return  # built from the tree when next needed
+        while path:
+            d, _, name = path.rpartition("/")
+            names = self._tree.setdefault(d, set())
+            if name in names:
+                return  # its ancestors are there already
+            names.add(name)
+            path = d
+
+    def _tree_remove(self, path: str) -> None:
+        """``path`` left the tree: its name leaves its directory's, and so on up while a
+        directory is left holding nothing and is not a directory of its own."""
+        if self._tree is None:
+            return
+        while path and not (path in self._files or path in self._dirs or self._tree.get(path)):
+            self._tree.pop(path, None)
+            d, _, name = path.rpartition("/")
+            names = self._tree.get(d)
+            if names is not None:
+                names.discard(name)
+            path = d
+
+    def _children(self) -> dict[str, set[str]]:
+        """The names in each directory of the working tree: built when a state with other
+        names is loaded, then kept up to date as files come and go, so that listing a
+        directory costs what it holds, not what the root holds."""
+        if self._tree is None:
+            self._tree = {}
+            for p in itertools.chain(self._files, self._dirs):
+                self._tree_add(p)
+        return self._tree
+
     def listdir(self, path: str = "") -> list[str]:
         path = self.check_relative(path)
-        prefix = f"{path}/" if path else ""
-        names: set[str] = set()
         with self._lock:
-            candidates = list(self._files) + list(self._dirs)
+            names = set(self._children().get(path, ()))
         if path == "":  # consumer offsets: written by other roots at any time
             if not self.in_transaction:
                 self._direct = None
-            candidates += [p for p in self._direct_listing() if p not in self._deferred]
-        for p in candidates:
-            if p.startswith(prefix) and p != path:
-                names.add(p[len(prefix) :].split("/", 1)[0])
+            names.update(p.split("/", 1)[0] for p in self._direct_listing() if p not in self._deferred)
         return sorted(names)
 
     def listdir_staged(self, path: str) -> list[str]:
@@ -504,6 +561,7 @@ class ObjectStorage(Storage):
         with self._lock:
             while path and path not in self._dirs:
                 self._dirs.add(path)
+                self._tree_add(path)
                 self._dirty = True
                 path = parent(path)
 
@@ -514,15 +572,14 @@ class ObjectStorage(Storage):
     def _local(self, path: str, keep: bool) -> _Entry:
         """The working-copy entry of ``path``, copied into memory on first write."""
         e = self._files.get(path)
-        if e is not None and e.local:
+        if isinstance(e, _Entry) and e.local:
             return e
         data = bytearray()
         if e is not None and keep and e.size:
             log.debug("%s/%s: copying an existing object to modify it", self.store.url, path)
             data = bytearray(self.read(path))
         new = _Entry(len(data), data=data, local=True)
-        self._files[path] = new
-        self._dirs.add(parent(path)) if parent(path) else None
+        self._set(path, new)
         self._dirty = True
         return new
 
@@ -557,8 +614,10 @@ class ObjectStorage(Storage):
         src, dst = self.check_relative(src), self.check_relative(dst)
         self._check_writable(src)
         with self._lock:
-            self._files[dst] = self._entry(src)
+            self._set(dst, self._entry(src))
             del self._files[src]
+            self._touched.add(src)
+            self._tree_remove(src)
             self._dirty = True
 
     def delete(self, path: str) -> None:
@@ -574,15 +633,18 @@ class ObjectStorage(Storage):
         self._check_writable(path)
         with self._lock:
             if self._files.pop(path, None) is not None:
+                self._touched.add(path)
+                self._tree_remove(path)
                 self._dirty = True
 
     def rmdir(self, path: str) -> None:
         path = self.check_relative(path)
         self._check_writable(path)
         with self._lock:
-            if any(p.startswith(path + "/") for p in self._files):
+            if any(path + "/" + name in self._files for name in self._children().get(path, ())):
                 raise StorageError(f"{self.store.url}/{path}: directory not empty")
             self._dirs.discard(path)
+            self._tree_remove(path)
             self._dirty = True
 
     def upload_staged(self, path: str, local_path: str) -> None:
@@ -605,9 +667,8 @@ class ObjectStorage(Storage):
         if not is_direct(staged) or is_direct(path):
             raise StorageError(f"{self.store.url}: cannot adopt {staged!r} as {path!r}")
         with self._lock:
-            self._files[path] = _Entry(size, key=DIRECT + staged, patch=patch)
+            self._set(path, _Entry(size, key=DIRECT + staged, patch=patch))
             self._adopting.add(DIRECT + staged)
-            self._dirs.add(parent(path)) if parent(path) else None
             self._dirty = True
 
     writes_in_place = False  # tasks stage whole objects; a commit adopts them (adopt, write_at)
@@ -626,7 +687,7 @@ class ObjectStorage(Storage):
                 for pos, b in edits:
                     e.data[pos : pos + len(b)] = b
                 return
-            self._files[path] = _Entry(e.size, key=e.key, patch=overlay.merge(e.patch, edits, e.size, path))
+            self._set(path, _Entry(e.size, key=e.key, patch=overlay.merge(e.patch, edits, e.size, path)))
             self._dirty = True
 
     def truncate(self, path: str, size: int) -> None:

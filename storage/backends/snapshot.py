@@ -42,7 +42,7 @@ import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from pylog.storage.errors import CorruptMetadataError, UnsupportedFormatError
 
@@ -104,6 +104,7 @@ class Ref:
     key: str | None = None
     data: bytes | None = None
     patch: bytes | None = None
+    local: ClassVar[bool] = False  # as a working tree's entry: committed, not written since
 
 
 @dataclass(frozen=True)
@@ -185,10 +186,16 @@ class Change:
         return {unit_of(p) for p in paths}
 
 
-def diff(base: Snapshot, files: dict[str, Ref], dirs: set[str]) -> Change:
-    """The change from ``base`` to the tree ``files``/``dirs`` (garbage not included)."""
+def diff(
+    base: Snapshot, files: dict[str, Ref], dirs: set[str], touched: Iterable[str] | None = None
+) -> Change:
+    """The change from ``base`` to the tree ``files``/``dirs`` (garbage not included).
+    ``touched``: the only paths that may differ (the rest of ``files`` is ``base``'s), so that
+    the cost is that of the change, not of the tree."""
     ch = Change()
-    for path, ref in files.items():
+    paths = files.keys() if touched is None else [p for p in touched if p in files]
+    for path in paths:
+        ref = files[path]
         old = base.files.get(path)
         if old is not None and (old is ref or old == ref):
             continue
@@ -201,7 +208,8 @@ def diff(base: Snapshot, files: dict[str, Ref], dirs: set[str]) -> Change:
                 edits = line_edits(old.data, ref.data)
                 if sum(len(b) + 16 for _, _, b in edits) < len(ref.data):
                     ch.patches[path] = edits
-    ch.delete = {p for p in base.files if p not in files}
+    gone = base.files if touched is None else [p for p in touched if p in base.files]
+    ch.delete = {p for p in gone if p not in files}
     ch.dirs_add = dirs - base.dirs
     ch.dirs_delete = base.dirs - dirs
     return ch
@@ -237,6 +245,8 @@ def dropped_keys(base: Snapshot, ch: Change) -> list[str]:
         old = base.files.get(path)
         if old is not None and old.key and old.key not in still:
             out.add(old.key)
+    if not out:
+        return []  # (most commits: inline files only; no need to look at the rest of the tree)
     kept = {r.key for p, r in base.files.items() if r.key and p not in ch.put and p not in ch.delete}
     return sorted(out - kept)
 

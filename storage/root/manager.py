@@ -48,7 +48,7 @@ from pylog.storage.root.schema import TABLE_SCHEMA
 from pylog.storage.root.txn import Transactions, mutation
 from pylog.storage.root.writer import CLEAN_SHUTDOWN
 
-__all__ = ["CLEAN_SHUTDOWN", "TABLE_SCHEMA", "Root", "open_root", "partition_dir"]
+__all__ = ["CLEAN_SHUTDOWN", "TABLE_SCHEMA", "Root", "open_root", "open_staging", "partition_dir"]
 
 
 class Root(Transactions):
@@ -697,3 +697,16 @@ def open_root(
     if text.startswith("file://"):
         text = text[len("file://") :]
     return Root(LocalStorage(text, create=not read_only), read_only=read_only, lock_timeout=lock_timeout)
+
+
+def open_staging(path: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None) -> Storage:
+    """The storage a writer's tasks stage into (:func:`pylog.storage.root.stage.open_stager`),
+    opened without reading the root's state: on an object store it costs no request (a task
+    that knows its topics' partition counts and configs from the driver opens nothing else).
+    Staging writes only the task's own staged files, outside the published state."""
+    text = os.fspath(path)
+    if is_object_url(text):
+        return ObjectStorage.open(text, dict(storage_options or {}), read_only=True, load=False)
+    if text.startswith("file://"):
+        text = text[len("file://") :]
+    return LocalStorage(text, create=False)

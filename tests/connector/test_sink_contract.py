@@ -18,7 +18,7 @@ from pyspark.sql.types import (
 
 from pylog.connector import sink
 from pylog.storage.codec.partitioner import partition_for_keys
-from pylog.storage.errors import ConfigError, SinkSchemaError
+from pylog.storage.errors import ConfigError, PylogError, SinkSchemaError
 from tests.conftest import Backend
 
 
@@ -152,6 +152,51 @@ def test_topic_column_explicit_partitions_and_abort(backend: Backend) -> None:
     bad = pa.record_batch({"topic": ["a"], "partition": pa.array([7], pa.int32()), "value": ["x"]})
     with pytest.raises(ConfigError, match=r"7 is not in the range \[0...2\) of topic .a."):
         sink.stage_task(iter([bad]), o, 7, 0, 0)
+
+
+@pytest.mark.parametrize("inline", [True, False])
+def test_tasks_stage_from_the_drivers_metadata_without_reading_the_root(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch, inline: bool
+) -> None:
+    """The writer carries the topics' partition counts and configs from the driver's planning
+    to its tasks: a task opens no root and, on an object store, sends no request but its
+    uploads (none when the staging travels in the commit message).  A topic created since
+    the planning is looked up in the root, once."""
+    from pylog.storage.backends.objectstore import ObjectStore
+
+    o = opts(backend, partitions="3", **{"cleanup.policy": "compact"})
+    meta = sink.prepare_topics(o)
+    assert set(meta) == {"t"} and meta["t"][0] == 3 and meta["t"][1].compact
+    reads: list[str] = []
+    for name in ("get", "get_many", "list"):
+        real = getattr(ObjectStore, name)
+        monkeypatch.setattr(
+            ObjectStore, name, lambda self, *a, _n=name, _r=real, **k: reads.append(_n) or _r(self, *a, **k)
+        )
+    opened: list[bool] = []
+    real_open = sink._open
+    monkeypatch.setattr(sink, "_open", lambda opts, **k: opened.append(True) or real_open(opts, **k))
+    if not inline:
+        monkeypatch.setattr(sink, "STAGE_INLINE_BYTES", 0)
+    rb = pa.record_batch({"key": [f"k{i}" for i in range(30)], "value": [f"v{i}" for i in range(30)]})
+    msgs = [sink.stage_task(iter([rb.slice(15 * t, 15)]), o, 0, t, 0, topics=meta) for t in range(2)]
+    assert opened == [] and reads == []
+    with pytest.raises(PylogError, match="requires keys"):  # the topic's config came along: compacted
+        sink.stage_task(iter([pa.record_batch({"value": ["v"]})]), o, 0, 2, 0, topics=meta)
+    sink.publish(o, msgs, 0)
+    with backend.open() as w:
+        w.create_topic("later", 2)
+    by_column = pa.record_batch({"topic": ["later", "t"], "key": ["a", "b"], "value": ["x", "y"]})
+    o2 = sink.parse_sink_options({**backend.spark_options(), "checkpointLocation": "x"}, streaming=True)
+    opened.clear()
+    m = sink.stage_task(iter([by_column]), o2, 1, 0, 0, topics=meta)
+    assert opened == [True]  # only for the topic the metadata did not hold
+    sink.publish(o2, [m], 1)
+    with backend.open(read_only=True) as r:
+        assert sorted(r.read_table("t").column("value").to_pylist()) == sorted(
+            [f"v{i}".encode() for i in range(30)] + [b"y"]
+        )
+        assert r.read_table("later").column("value").to_pylist() == [b"x"]
 
 
 def test_overwrite_hides_earlier_records_and_keeps_offsets_growing(backend: Backend) -> None:

@@ -71,6 +71,11 @@ def test_a_commit_carries_exactly_the_change(extra: bytes, partition: int, hw: i
     files["t-2/0.log"] = Ref(5000, key="t-2/0.log.def")  # uploaded
     del files["gone"]
     ch = diff(base, files, base.dirs | {"t-2"})
+    # a writer that names what it touched (a superset of the change) gets the same change
+    touched = {"t-0/0.log", "pylog-state.json", "t-2/0.log", "gone", "t-1/0.log", "never-there"}
+    assert encode_commit(7, "w7", "w6", 1, diff(base, files, base.dirs | {"t-2"}, touched)) == encode_commit(
+        7, "w7", "w6", 1, ch
+    )
     raw = encode_commit(7, "w7", "w6", 1, ch)
     doc = json.loads(raw)
     assert doc["put"]["t-0/0.log"].keys() == {"at", "append"}  # only the new bytes travel
