@@ -5,9 +5,11 @@ raw s3fs put/get of the same bytes, and the S3 requests each micro-batch costs.
 
 The server is moto's S3 server on 127.0.0.1, started here (no network, no credentials).
 
-- write: what the Spark sink does per micro-batch, minus Spark: two tasks each open the root
-  read-only and stage their records (encoded RecordBatches; up to 4 MiB a task travel in the
-  commit message, larger stagings are PUT as objects); the driver opens the root, publishes the
+- write: what the Spark sink does per micro-batch, minus Spark: the planner opens the root
+  read-only (``make_writer``: the topics' metadata, which the writer carries to its tasks), two
+  tasks stage their records without reading the root (``open_staging``): encoded
+  RecordBatches; up to 4 MiB a task travel in the commit message, larger stagings are PUT as
+  objects; the driver opens the root, publishes the
   batch exactly once (staged objects read, segments uploaded, one manifest created with
   put-if-absent, staged objects deleted) and runs the embedded maintenance (retention,
   compaction, merging of small segments, orphan sweeps).
@@ -38,7 +40,7 @@ import pylog
 from pylog.storage.codec import records
 from pylog.storage.maintenance.runner import maintain
 from pylog.storage.root import publish as pub
-from pylog.storage.root.manager import Root, partition_dir
+from pylog.storage.root.manager import Root, open_staging, partition_dir
 
 BUCKET = "pylog-bench"
 STAGE_INLINE_BYTES = 4 << 20  # connector.sink.STAGE_INLINE_BYTES (not imported: no pyspark needed)
@@ -91,9 +93,13 @@ KINDS: Counter[str] = Counter()
 
 
 def requests_of(root: Root) -> int:
-    counts = root.storage.store.requests.counts  # type: ignore[attr-defined]
+    return requests_of_storage(root.storage)
+
+
+def requests_of_storage(storage: Any) -> int:
+    counts = storage.store.requests.counts
     KINDS.update(counts)
-    return sum(counts.values())  # type: ignore[no-any-return]
+    return sum(counts.values())
 
 
 Batches = list[dict[tuple[int, int], bytes]]
@@ -104,12 +110,14 @@ def write_pylog(url: str, opts: dict[str, str], batches: Batches) -> tuple[float
     t0 = time.perf_counter()
     for b, parts in enumerate(batches):
         staged = []
+        planner = pylog.open(url, opts, read_only=True)  # the writer's planning, every micro-batch
+        assert planner.partitions("t") == PARTITIONS
+        requests += requests_of(planner)
+        planner.close()
         for task in range(TASKS):  # each task stages its share of every partition, as the sink does
-            task_root = pylog.open(url, opts, read_only=True)
+            storage = open_staging(url, opts)
             name = pub.stage_name("bench", b, task, 0)
-            files = {
-                p: task_root.storage.open_append(f"{partition_dir('t', p)}/{name}") for p in range(PARTITIONS)
-            }
+            files = {p: storage.open_append(f"{partition_dir('t', p)}/{name}") for p in range(PARTITIONS)}
             for p, f in files.items():
                 f.write(parts[(task, p)])
             small = sum(f.size() for f in files.values()) <= STAGE_INLINE_BYTES
@@ -119,8 +127,7 @@ def write_pylog(url: str, opts: dict[str, str], batches: Batches) -> tuple[float
                 else:
                     f.close()
                     staged.append(pub.StagedFile("t", p, name))
-            requests += requests_of(task_root)
-            task_root.close()
+            requests += requests_of_storage(storage)
         root = pylog.open(url, opts)
         root.publish("bench", b, staged)
         maintain(
