@@ -40,10 +40,11 @@ import pylog
 from pylog.storage.codec import records
 from pylog.storage.maintenance.runner import maintain
 from pylog.storage.root import publish as pub
-from pylog.storage.root.manager import Root, open_staging, partition_dir
+from pylog.storage.root.manager import Root, open_root, open_staging, partition_dir
 
 BUCKET = "pylog-bench"
 STAGE_INLINE_BYTES = 4 << 20  # connector.sink.STAGE_INLINE_BYTES (not imported: no pyspark needed)
+KNOWN_STATE_S = 30.0  # connector.sink.KNOWN_STATE_S: planning and commit start from a known state
 PARTITIONS = 2
 TASKS = 2
 
@@ -110,7 +111,8 @@ def write_pylog(url: str, opts: dict[str, str], batches: Batches) -> tuple[float
     t0 = time.perf_counter()
     for b, parts in enumerate(batches):
         staged = []
-        planner = pylog.open(url, opts, read_only=True)  # the writer's planning, every micro-batch
+        # the writer's planning, every micro-batch
+        planner = open_root(url, opts, read_only=True, trust_known_s=KNOWN_STATE_S)
         assert planner.partitions("t") == PARTITIONS
         requests += requests_of(planner)
         planner.close()
@@ -128,7 +130,7 @@ def write_pylog(url: str, opts: dict[str, str], batches: Batches) -> tuple[float
                     f.close()
                     staged.append(pub.StagedFile("t", p, name))
             requests += requests_of_storage(storage)
-        root = pylog.open(url, opts)
+        root = open_root(url, opts, trust_known_s=KNOWN_STATE_S)
         root.publish("bench", b, staged)
         maintain(
             root, now=int(time.time() * 1000), budget_s=1.0, partitions=[("t", p) for p in range(PARTITIONS)]

@@ -271,7 +271,7 @@ def prepare_topics(opts: SinkOptions) -> TopicMeta:
     return the root's topics as its tasks will stage for them.  Like a Kafka producer's
     metadata, this is as of the planning of the write (each micro-batch plans again)."""
     try:
-        root = _open(opts, read_only=True)
+        root = _open(opts, read_only=True, trust_known=True)
     except StorageError:
         root = None  # the root does not exist yet
     if root is not None:
@@ -316,9 +316,21 @@ class _TaskTopics:
             self.root.close()
 
 
-def _open(opts: SinkOptions, *, read_only: bool) -> Root:
+KNOWN_STATE_S = 30.0
+"""On an object store, the planning of a micro-batch and its commit start from the root's state
+this process confirmed newest at most this long ago (its previous commit, typically) instead of
+asking the store: a Kafka producer's metadata is as old; a commit is conditional, and one that
+meets a newer state re-bases or runs again there (whether the batch is already committed is
+always decided on the newest state)."""
+
+
+def _open(opts: SinkOptions, *, read_only: bool, trust_known: bool = False) -> Root:
     return open_root(
-        opts.path, opts.storage_options or None, read_only=read_only, lock_timeout=opts.lock_timeout_s
+        opts.path,
+        opts.storage_options or None,
+        read_only=read_only,
+        lock_timeout=opts.lock_timeout_s,
+        trust_known_s=KNOWN_STATE_S if trust_known else 0.0,
     )
 
 
@@ -560,7 +572,7 @@ def publish(
     exactly_once = streaming
     legacy = opts.sink_id if queries else None
     now = int(time.time() * 1000) if now is None else now
-    with _open(opts, read_only=False) as root:
+    with _open(opts, read_only=False, trust_known=True) as root:
         crash_at = os.environ.get(CRASH_ENV)
         if crash_at:
 

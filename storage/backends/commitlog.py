@@ -127,6 +127,16 @@ def remember(store: ObjectStore, snap: Snapshot, confirmed_at: float) -> None:
             _KNOWN.popitem(last=False)
 
 
+def known(store: ObjectStore, within_s: float) -> tuple[Snapshot, float] | None:
+    """The state this process last confirmed newest for this root, with when it did, if that was
+    at most ``within_s`` seconds ago (no request)."""
+    with _KNOWN_LOCK:
+        cached = _KNOWN.get(store.url)
+    if cached is None or time.monotonic() - cached[1] > within_s:
+        return None
+    return cached
+
+
 def forget(store: ObjectStore) -> None:
     with _KNOWN_LOCK:
         _KNOWN.pop(store.url, None)
@@ -444,4 +454,4 @@ def _drop(store: ObjectStore, key: str | None) -> None:
             store.delete([key])
 
 
-__all__ = ["CHECKPOINT_INTERVAL", "Merger", "Published", "forget", "publish", "remember", "resolve"]
+__all__ = ["CHECKPOINT_INTERVAL", "Merger", "Published", "forget", "known", "publish", "remember", "resolve"]

@@ -167,10 +167,12 @@ class Storage(ABC):
             return ""
         if path.startswith("/") or "\\" in path or "\x00" in path:
             raise StorageError(f"path {path!r} must be relative to the root, with '/' separators")
-        parts = [p for p in path.split("/") if p not in ("", ".")]
-        if any(p == ".." for p in parts):
+        parts = path.split("/")
+        if ".." in parts:
             raise StorageError(f"path {path!r} leaves the root ('..' is not allowed)")
-        return "/".join(parts)
+        if "" not in parts and "." not in parts:
+            return path  # already normal (the usual case)
+        return "/".join(p for p in parts if p not in ("", "."))
 
 
 def join(*parts: str) -> str:

@@ -146,7 +146,9 @@ class ObjectStorage(Storage):
 
     external_changes = False  # files change only through manifests, never renamed from outside
 
-    def __init__(self, store: ObjectStore, *, read_only: bool = False, load: bool = True):
+    def __init__(
+        self, store: ObjectStore, *, read_only: bool = False, load: bool = True, trust_known_s: float = 0.0
+    ):
         self.store = store
         self.read_only = read_only
         self.step_hook: Callable[[str], None] | None = None
@@ -172,15 +174,23 @@ class ObjectStorage(Storage):
         self.kafka_dir = False
         self.uploads_aborted = 0
         if load:  # without: an empty tree, for staging only (no request)
-            self.refresh()
+            self.refresh(trust_known_s)
 
     @classmethod
     def open(
-        cls, url: str, storage_options: dict[str, Any] | None = None, *, read_only: bool, load: bool = True
+        cls,
+        url: str,
+        storage_options: dict[str, Any] | None = None,
+        *,
+        read_only: bool,
+        load: bool = True,
+        trust_known_s: float = 0.0,
     ) -> ObjectStorage:
         """``load=False``: the state is not read (no request); only for staging, which writes
-        direct objects and reads nothing of the tree."""
-        st = cls(ObjectStore(url, storage_options), read_only=read_only, load=load)
+        direct objects and reads nothing of the tree.  ``trust_known_s``: see :meth:`refresh`."""
+        st = cls(
+            ObjectStore(url, storage_options), read_only=read_only, load=load, trust_known_s=trust_known_s
+        )
         if load and read_only and st.number < 0 and not st._load_kafka_dir():
             raise StorageError(
                 f"{url}: no pylog root here (no commit under {LOG} or manifest under {MANIFESTS}); "
@@ -203,9 +213,17 @@ class ObjectStorage(Storage):
 
     # ------------------------------------------------------------------ manifests
 
-    def refresh(self) -> None:
-        """Load the newest state and drop uncommitted changes."""
+    def refresh(self, trust_known_s: float = 0.0) -> None:
+        """Load the newest state and drop uncommitted changes.  ``trust_known_s``: take the
+        state this process confirmed newest at most that long ago without asking the store
+        (a writer: its commit is conditional, and a race with a newer state re-bases or runs
+        the operation again on it)."""
         with self._lock:
+            cached = commitlog.known(self.store, trust_known_s) if trust_known_s > 0 else None
+            if cached is not None:
+                self._confirmed_at = cached[1]
+                self._load(cached[0])
+                return
             started = time.monotonic()  # the answer is at least this fresh
             snap = commitlog.resolve(self.store, self.snapshot, self._confirmed_at)
             self._confirmed_at = started

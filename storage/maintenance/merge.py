@@ -21,7 +21,7 @@ from pylog.storage.partition.segment import LogSegment, relative_headers
 
 MIN_SEGMENTS = 8
 """A run of fewer small segments is left as it is (merging too eagerly rewrites bytes often)."""
-SMALL_MAX = 8 << 20
+SMALL_MAX = 1 << 20
 """A segment of at least this many bytes is never small, whatever ``segment.bytes``: an object
 of that size reads efficiently, and merging it would move its bytes through the process that
 runs maintenance (a Spark task's staged segment, adopted by the sink's commit, stays as it is)."""

@@ -175,6 +175,16 @@ def _load_log(
         if not had_clean_shutdown and segments:
             first = max((i for i, b in enumerate(bases) if b <= recovery_point), default=0)
         for seg in segments[:first]:
+            if not storage.external_changes and seg is not segments[-1]:
+                # an object store's files change only through its commits, which wrote these
+                # indexes whole: only missing ones are rebuilt here, and each index is checked
+                # when it is first loaded (a damaged one is then ignored and the segment
+                # scanned), so opening a log costs no index read per sealed segment.  Kafka's
+                # loader likewise skips the offset and time index sanity checks of segments
+                # below the recovery point (lazy indexes).
+                if seg.missing_indexes():
+                    _sanity_check_or_rebuild(seg, rec, read_log=False)
+                continue
             # each last offset-index entry is checked against the .log where files can be changed
             # from outside; on an object store (a read per segment: a request) only the active one's
             read_log = storage.external_changes or seg is segments[-1]

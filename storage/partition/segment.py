@@ -105,13 +105,35 @@ class LogSegment:
         self.time_index.validator = self._validate_time_index
         self._file: AppendFile | None = None
         self.bytes_since_last_index_entry = 0
-        ts, off = self.time_index.last_entry
-        self.max_timestamp_so_far = ts
-        self.offset_of_max_timestamp = off
+        self._max_ts: list[int] | None = None  # [timestamp, offset]; from the time index when asked
         self.rolling_based_timestamp: int | None = None
         self._next_offset: int | None = None
 
     # ------------------------------------------------------------------ basics
+
+    def _max(self) -> list[int]:
+        """The largest timestamp so far and its offset, from the time index's last entry when
+        first asked (opening a log then reads no index of a segment nobody looks up)."""
+        if self._max_ts is None:
+            ts, off = self.time_index.last_entry
+            self._max_ts = [ts, off]
+        return self._max_ts
+
+    @property
+    def max_timestamp_so_far(self) -> int:
+        return self._max()[0]
+
+    @max_timestamp_so_far.setter
+    def max_timestamp_so_far(self, value: int) -> None:
+        self._max()[0] = value
+
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        return self._max()[1]
+
+    @offset_of_max_timestamp.setter
+    def offset_of_max_timestamp(self, value: int) -> None:
+        self._max()[1] = value
 
     @property
     def size(self) -> int:
@@ -498,7 +520,7 @@ class LogSegment:
             idx.reset()
         self.offset_index.create()
         self.time_index.create()
-        self.max_timestamp_so_far, self.offset_of_max_timestamp = -1, self.base_offset
+        self._max_ts = [-1, self.base_offset]
         self.bytes_since_last_index_entry = 0
         self._next_offset = None
         self._index_trusted = True
@@ -553,7 +575,7 @@ class LogSegment:
             self.storage.truncate(self.log_path, pos)
         self._size = pos
         self._next_offset = None
-        self.max_timestamp_so_far, self.offset_of_max_timestamp = self._read_largest_timestamp()
+        self._max_ts = list(self._read_largest_timestamp())
         self.bytes_since_last_index_entry = 0
         if pos == 0:
             self.rolling_based_timestamp = None

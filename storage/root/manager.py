@@ -674,6 +674,7 @@ def open_root(
     *,
     read_only: bool = False,
     lock_timeout: float = 0.0,
+    trust_known_s: float = 0.0,
 ) -> Root:
     """Open (creating if needed) a pylog root at a local path or an fsspec URL.
 
@@ -683,11 +684,15 @@ def open_root(
     Object stores (``s3://bucket/prefix``, any fsspec filesystem with put-if-absent): every
     change is published atomically by one commit of the root's commit log; concurrent writers
     are safe (one that loses a race to a writer of other partitions re-bases its commit).
+    ``trust_known_s``: start from the state this process confirmed newest at most that long
+    ago, without a request (see :meth:`ObjectStorage.refresh`).
     ``storage_options`` go to fsspec (``endpoint_url``, ``key``, ``secret``,
     ``client_kwargs.region_name``, ``anon``...), plus pylog's ``pylog.*`` settings."""
     text = os.fspath(path)
     if is_object_url(text):
-        storage = ObjectStorage.open(text, dict(storage_options or {}), read_only=read_only)
+        storage = ObjectStorage.open(
+            text, dict(storage_options or {}), read_only=read_only, trust_known_s=trust_known_s
+        )
         storage.mergers = dict(MERGERS)  # a race with a writer of other partitions is re-based
         return Root(storage, read_only=read_only, lock_timeout=lock_timeout)
     if storage_options:

@@ -21,7 +21,7 @@ from pylog.storage.backends.objectfs import ObjectStorage
 from pylog.storage.backends.snapshot import CHECKPOINTS, HINT, LOG, Snapshot, commit_key
 from pylog.storage.errors import CorruptMetadataError, UnsupportedFormatError
 from pylog.storage.root import publish as pub
-from pylog.storage.root.manager import Root
+from pylog.storage.root.manager import Root, open_root
 from tests.conftest import Backend
 from tests.reliability.worlds import write_format_1
 from tests.storage.test_objectstore import client, cold_cache, keys, with_options
@@ -320,3 +320,49 @@ def test_a_process_keeps_the_newest_state_of_a_bounded_number_of_roots() -> None
     finally:
         for st in stores:
             commitlog.forget(st)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ writers that trust a known state
+
+
+def _staged(root: Root, query: str, batch: int, partition: int, tag: str, attempt: int = 0) -> list[Any]:
+    """What a Spark task stages for one partition (a flat file of batches, outside the state)."""
+    from pylog.storage.codec import records
+
+    name = pub.stage_name(query, batch, 0, attempt)
+    enc = records.encode([b"%s-%d" % (tag.encode(), i) for i in range(3)])
+    f = root.storage.open_append(f"t-{partition}/{name}")
+    f.write(enc.buffer.data)
+    f.close()
+    return [pub.StagedFile("t", partition, name)]
+
+
+def test_a_writer_trusting_its_known_state_skips_the_get_and_never_publishes_a_batch_twice(
+    s3_backend: Backend,
+) -> None:
+    """A sink's commit may start from the state its process confirmed newest moments ago (no
+    request). If another process committed meanwhile, the commit loses its race; when that other
+    commit published the same query (here: the same batch, into another partition, so that no
+    file overlaps), the records are never merged: the operation runs again on the newest state,
+    where the batch is found committed and skipped."""
+    q = "0123456789abcdef0123456789abcdef"
+    with s3_backend.open() as w:
+        w.create_topic("t", partitions=2)
+        w.publish(q, 0, _staged(w, q, 0, 0, "b0"))
+    stale = commitlog.known(storage(w).store, 60.0)
+    assert stale is not None
+    other = s3_backend.open()  # another process commits batch 1 (into partition 0) ...
+    now = int(time.time() * 1000)  # both record batch 1 of q at the same time: identical records
+    other.publish(q, 1, _staged(other, q, 1, 0, "b1"), now=now)
+    other.close()
+    commitlog._KNOWN[storage(w).store.url] = (stale[0], time.monotonic())  # ... unknown to this one
+    root = open_root(s3_backend.url, s3_backend.options, trust_known_s=30.0)
+    assert counts(root) == {} and storage(root).number == stale[0].number  # no request: trusted
+    assert root.last_committed_batch(q) == 0  # (stale)
+    out = root.publish(q, 1, _staged(root, q, 1, 1, "replay", attempt=1), now=now)  # Spark's replay
+    assert out is None  # skipped: found committed on the newest state
+    assert storage(root).conflicts >= 1
+    root.close()
+    with s3_backend.open(read_only=True) as r:
+        assert sorted(values(r)) == [b"b0-0", b"b0-1", b"b0-2", b"b1-0", b"b1-1", b"b1-2"]
+        assert r.last_committed_batch(q) == 1

@@ -350,3 +350,42 @@ def test_time_index_left_as_swap_is_completed(tmp_path: Path) -> None:
     res = reopen(tmp_path, recovery_point=0)
     assert ti.exists() and not ti.with_name(ti.name + ".swap").exists()
     assert res.log.segments[0].time_index.last_entry[0] >= 1_000_000
+
+
+def test_an_object_store_log_opens_without_reading_sealed_indexes_and_still_refuses_damaged_ones() -> None:
+    """Opening a log on an object store reads no index of a sealed segment (its files change
+    only through commits, which wrote them whole); an index damaged anyway is caught when it is
+    first used: ignored, the segment scanned, the right records served."""
+    import itertools
+
+    import pyarrow as pa
+
+    from pylog.storage.backends.objectfs import ObjectStorage
+    from pylog.storage.backends.objectstore import ObjectStore
+    from pylog.storage.root.manager import Root
+
+    url = f"memory://pylog-loader/{next(itertools.count())}-{id(object())}"
+    root = Root(ObjectStorage(ObjectStore(url)))
+    root.create_topic("t", 1, {"segment.bytes": "6000", "index.interval.bytes": "100"})
+    for i in range(6):  # sealed segments with indexes of several entries
+        root.append("t", pa.table({"value": [b"v%d-%03d-" % (i, j) + b"x" * 200 for j in range(20)]}))
+    reads: list[str] = []
+    st = ObjectStorage(ObjectStore(url))
+    real = st.read
+    st.read = lambda path, *a, **k: reads.append(path) or real(path, *a, **k)  # type: ignore[method-assign]
+    lg = Root(st).writable_log("t", 0)
+    sealed = lg.segments[:-1]
+    assert len(sealed) >= 3
+    active = (lg.active.offset_index.path, lg.active.time_index.path)
+    assert not [p for p in reads if p.endswith("index") and p not in active], reads
+    # damage a sealed segment's offset index (entries past its log), then read through it
+    w = Root(ObjectStorage(ObjectStore(url)))
+
+    def damage() -> None:
+        w.storage.write_atomic(sealed[1].offset_index.path, (b"\x00\x00\x7f\xff" + b"\x7f\xff\xff\xff") * 4)
+
+    w.transaction(damage)
+    r = Root(ObjectStorage(ObjectStore(url), read_only=True), read_only=True)
+    start = sealed[1].base_offset
+    got = r.read_table("t", [0], start_offset=start + 5, end_offset=start + 8).column("value").to_pylist()
+    assert [v[:6] for v in got] == [b"v%d-%03d" % divmod(start + k, 20) for k in range(5, 8)]
