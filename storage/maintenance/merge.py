@@ -24,7 +24,9 @@ MIN_SEGMENTS = 8
 SMALL_MAX = 1 << 20
 """A segment of at least this many bytes is never small, whatever ``segment.bytes``: an object
 of that size reads efficiently, and merging it would move its bytes through the process that
-runs maintenance (a Spark task's staged segment, adopted by the sink's commit, stays as it is)."""
+runs maintenance a second time (the sink's driver after each micro-batch: a micro-batch's
+segment of a megabyte or more, or a Spark task's staged segment adopted by the commit, stays as
+it is)."""
 
 
 def _runs(lg: Log, min_segments: int) -> list[list[LogSegment]]:
