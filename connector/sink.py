@@ -270,17 +270,18 @@ def prepare_topics(opts: SinkOptions) -> TopicMeta:
     """Check (or, with the ``partitions`` option, create) the target topic on the driver, and
     return the root's topics as its tasks will stage for them.  Like a Kafka producer's
     metadata, this is as of the planning of the write (each micro-batch plans again)."""
-    try:
-        root = _open(opts, read_only=True, trust_known=True)
-    except StorageError:
-        root = None  # the root does not exist yet
-    if root is not None:
+    for trust_known in (True, False):  # a topic missing from a known state: ask the store
         try:
-            meta = _topic_meta(root)
-        finally:
-            root.close()
-        if opts.topic is None or opts.topic in meta:
-            return meta
+            root = _open(opts, read_only=True, trust_known=trust_known)
+        except StorageError:
+            root = None  # the root does not exist yet
+        if root is not None:
+            try:
+                meta = _topic_meta(root)
+            finally:
+                root.close()
+            if opts.topic is None or opts.topic in meta:
+                return meta
     if opts.topic is None:
         return {}
     if opts.partitions is None:

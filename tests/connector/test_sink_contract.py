@@ -244,3 +244,26 @@ def test_object_store_staging_inline_or_as_objects(
             f"v{i}".encode() for i in range(40)
         )
     assert staged_files(s3_backend) == []
+
+
+def test_the_planning_finds_a_topic_created_by_another_process_since_its_known_state(
+    s3_backend: Backend,
+) -> None:
+    """The planning of a micro-batch starts from the state its process knows (no request); a
+    topic missing there is looked up in the store before the write is refused."""
+    import time
+
+    from pylog.storage.backends import commitlog
+    from pylog.storage.backends.objectfs import ObjectStorage
+
+    with s3_backend.open() as w:
+        w.create_topic("a", 1)
+        assert isinstance(w.storage, ObjectStorage)
+        store = w.storage.store
+    known = commitlog.known(store, 60.0)
+    assert known is not None
+    with s3_backend.open() as other:  # another process creates the topic ...
+        other.create_topic("t", 2)
+    commitlog._KNOWN[store.url] = (known[0], time.monotonic())  # ... which this one does not know
+    meta = sink.prepare_topics(opts(s3_backend))  # no partitions option: it must exist
+    assert meta["t"][0] == 2 and "a" in meta
