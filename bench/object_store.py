@@ -38,6 +38,7 @@ import pyarrow as pa
 
 import pylog
 from pylog.storage.codec import records
+from pylog.storage.maintenance.merge import COMMIT_SMALL_MAX
 from pylog.storage.maintenance.runner import maintain
 from pylog.storage.root import publish as pub
 from pylog.storage.root.manager import Root, open_root, open_staging, partition_dir
@@ -132,8 +133,12 @@ def write_pylog(url: str, opts: dict[str, str], batches: Batches) -> tuple[float
             requests += requests_of_storage(storage)
         root = open_root(url, opts, trust_known_s=KNOWN_STATE_S)
         root.publish("bench", b, staged)
-        maintain(
-            root, now=int(time.time() * 1000), budget_s=1.0, partitions=[("t", p) for p in range(PARTITIONS)]
+        maintain(  # as the sink's commit runs it (merges of segments under 1 MiB only)
+            root,
+            now=int(time.time() * 1000),
+            budget_s=1.0,
+            partitions=[("t", p) for p in range(PARTITIONS)],
+            merge_below=COMMIT_SMALL_MAX,
         )
         requests += requests_of(root)
         root.close()

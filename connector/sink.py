@@ -81,6 +81,7 @@ from pylog.storage.codec.compression import codec_id
 from pylog.storage.codec.partitioner import partition_for_keys
 from pylog.storage.config import LogConfig, validate_topic_name
 from pylog.storage.errors import ConfigError, SinkSchemaError, StorageError
+from pylog.storage.maintenance import merge
 from pylog.storage.maintenance import runner as maintenance
 from pylog.storage.partition.log import check_keys, timestamp_type
 from pylog.storage.root import publish as pub
@@ -620,7 +621,11 @@ def _maintain(root: Root, touched: set[tuple[str, int]], budget_ms: int) -> None
     fails the commit (the data is already durable and recorded)."""
     try:
         report = maintenance.maintain(
-            root, now=int(time.time() * 1000), budget_s=budget_ms / 1000.0, partitions=sorted(touched)
+            root,
+            now=int(time.time() * 1000),
+            budget_s=budget_ms / 1000.0,
+            partitions=sorted(touched),
+            merge_below=merge.COMMIT_SMALL_MAX,  # larger segments: a maintenance run of their own
         )
         if report.budget_exhausted:  # the rest waits for the next commits, or a job of its own
             log.warning(

@@ -21,22 +21,25 @@ from pylog.storage.partition.segment import LogSegment, relative_headers
 
 MIN_SEGMENTS = 8
 """A run of fewer small segments is left as it is (merging too eagerly rewrites bytes often)."""
-SMALL_MAX = 1 << 20
+SMALL_MAX = 8 << 20
 """A segment of at least this many bytes is never small, whatever ``segment.bytes``: an object
-of that size reads efficiently, and merging it would move its bytes through the process that
-runs maintenance a second time (the sink's driver after each micro-batch: a micro-batch's
-segment of a megabyte or more, or a Spark task's staged segment adopted by the commit, stays as
-it is)."""
+of that size reads efficiently (a Spark task's staged segment adopted by the sink's commit, of
+4 MiB or more, is usually left as it is)."""
+COMMIT_SMALL_MAX = 1 << 20
+"""The same bound for the maintenance a writer runs right after its commit, in the committing
+process (the Spark sink's driver after each micro-batch): merging a micro-batch's segment of a
+megabyte or more there would move its bytes through that process a second time, so those wait
+for a maintenance run of their own (``pylog compact``, the maintenance job on the executors)."""
 
 
-def _runs(lg: Log, min_segments: int) -> list[list[LogSegment]]:
+def _runs(lg: Log, min_segments: int, small_max: int) -> list[list[LogSegment]]:
     """Runs of adjacent sealed *small* segments to merge.  A segment is small below
     ``segment.bytes / min_segments`` (and :data:`SMALL_MAX`), so a merged segment (at least
     ``min_segments`` small ones) is rarely small again: each byte is rewritten about once, not
     once per merge (size tiers, as in an LSM tree).  A segment's offsets end before the next
     segment's base offset, so no segment needs to be read to plan."""
     limit = lg.config.segment_bytes
-    small = max(1, min(limit // min_segments, SMALL_MAX))
+    small = max(1, min(limit // min_segments, small_max))
     runs: list[list[LogSegment]] = []
     run: list[LogSegment] = []
     total = 0
@@ -61,12 +64,15 @@ def _runs(lg: Log, min_segments: int) -> list[list[LogSegment]]:
     return runs
 
 
-def merge_small_segments(lg: Log, *, now: int, min_segments: int = MIN_SEGMENTS) -> int:
-    """Merge runs of small sealed segments of ``lg``; returns how many segments went away."""
+def merge_small_segments(
+    lg: Log, *, now: int, min_segments: int = MIN_SEGMENTS, small_max: int | None = None
+) -> int:
+    """Merge runs of small sealed segments of ``lg`` (small: under ``segment.bytes`` /
+    ``min_segments`` and under ``small_max``); returns how many segments went away."""
     if min_segments < 2:
         raise ValueError(f"min_segments must be at least 2, got {min_segments}")
     removed = 0
-    for run in _runs(lg, min_segments):
+    for run in _runs(lg, min_segments, SMALL_MAX if small_max is None else small_max):
         first = run[0]
         LogSegment(lg.storage, lg.directory, first.base_offset, lg.config, suffix=".cleaned").delete()
         merged = LogSegment(

@@ -150,6 +150,7 @@ def maintain(
     progress: ProgressFn | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    merge_below: int | None = None,
 ) -> MaintenanceReport:
     """Run retention and compaction where due on ``target`` (a log, or a root's logs, limited
     to ``topics`` or ``partitions``) at time ``now`` (ms).
@@ -159,11 +160,15 @@ def maintain(
     ``cleaner`` may be reused across calls: it keeps the offset map's memory and the logs
     found uncleanable; without one, a cleaner is made from ``cleaner_config`` (default:
     Kafka's), pacing its I/O with ``clock`` and ``sleep``.  ``compaction=False``, or
-    ``log.cleaner.enable=false`` in the cleaner's config, leaves compaction out.
+    ``log.cleaner.enable=false`` in the cleaner's config, leaves compaction out.  On an object
+    store, runs of small segments are merged; ``merge_below`` caps what is small (default
+    :data:`~pylog.storage.maintenance.merge.SMALL_MAX`;
+    :data:`~pylog.storage.maintenance.merge.COMMIT_SMALL_MAX` for a run in a committing
+    process).
     Returns a :class:`MaintenanceReport`."""
     run = functools.partial(
         _maintain, target, now, budget_s, retention, compaction, force, topics, partitions,
-        high_watermarks, cleaner, cleaner_config, progress, clock, sleep,
+        high_watermarks, cleaner, cleaner_config, progress, clock, sleep, merge_below,
     )  # fmt: skip
     if not (isinstance(target, Root) and target.transactional):
         return run()
@@ -203,6 +208,7 @@ def _maintain(
     progress: ProgressFn | None,
     clock: Callable[[], float],
     sleep: Callable[[float], None],
+    merge_below: int | None,
 ) -> MaintenanceReport:
     t0 = clock()
     report = MaintenanceReport(now)
@@ -231,7 +237,7 @@ def _maintain(
         for _, lg in logs:
             if out_of_time():
                 break
-            report.segments_merged += merge_small_segments(lg, now=now)
+            report.segments_merged += merge_small_segments(lg, now=now, small_max=merge_below)
     for _, lg in logs:
         report.files_deleted += lg.delete_pending(now)
     report.uncleanable.update(

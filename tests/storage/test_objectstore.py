@@ -241,14 +241,17 @@ def test_maintenance_merges_the_small_segments_of_small_commits(s3_backend: Back
     assert got.column("offset").to_pylist() == list(range(90))
 
 
+@pytest.mark.parametrize("how", ["SMALL_MAX", "merge_below"])
 def test_segments_of_small_max_or_more_are_not_merged(
-    s3_backend: Backend, monkeypatch: pytest.MonkeyPatch
+    s3_backend: Backend, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
     """A segment of SMALL_MAX bytes or more (a Spark task's adopted staging, say) is not small
-    whatever segment.bytes: merging it would move its bytes through the maintaining process."""
+    whatever segment.bytes; the maintenance after a sink's commit uses a lower bound
+    (merge_below=COMMIT_SMALL_MAX), leaving larger segments to a maintenance run of their own."""
     from pylog.storage.maintenance import merge
 
-    monkeypatch.setattr(merge, "SMALL_MAX", 5000)
+    if how == "SMALL_MAX":
+        monkeypatch.setattr(merge, "SMALL_MAX", 5000)
     root = s3_backend.open()
     root.create_topic("t", config={"segment.bytes": str(1 << 20)})
     for i in range(10):  # 10 commits of ~6 KiB: each seals a segment of more than SMALL_MAX
@@ -256,7 +259,7 @@ def test_segments_of_small_max_or_more_are_not_merged(
     for i in range(10):  # 10 commits of ~4.4 KiB (sealed: above INLINE_MAX): small ones, merged
         root.append("t", [b"w%d-" % i + b"x" * 1400 for _ in range(3)], partition=0)
     before = everything(root)
-    report = maintain(root, now=T0 + 60_000)
+    report = maintain(root, now=T0 + 60_000, **({"merge_below": 5000} if how == "merge_below" else {}))
     assert report.segments_merged == 9  # the 10 small ones became one
     assert len(root.log("t", 0).segments) == 10 + 1 + 1  # the large ones, the merged one, the active one
     assert everything(root).equals(before)
