@@ -1,4 +1,5 @@
-"""Random process kills: a real writer process on local disk, ``SIGKILL``-ed at random times.
+"""Random process kills: a real writer process on local disk (or an object store: ``url`` and
+``options`` of :func:`run_kills`, e.g. moto's S3 server), ``SIGKILL``-ed at random times.
 
 :func:`run_kills` starts writer processes one after another (forked from a server that has
 already imported and warmed up pylog, so a restart costs milliseconds, not seconds), lets each
@@ -84,13 +85,20 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _stage(root: Root, batch: int, attempt: int, parts: dict[str, list[str]]) -> list[pub.StagedFile]:
+def _open(url: str, options: dict[str, str] | None, **kwargs: Any) -> Root:
+    return pylog.open(url, options or None, lock_timeout=10, **kwargs)
+
+
+def _stage(
+    root: Root, batch: int, attempt: int, parts: dict[str, list[str]], options: dict[str, str] | None = None
+) -> list[pub.StagedFile]:
     """The sink's own executor code (``connector.sink.stage_task``), one task per partition."""
     from pylog.connector import sink
 
     opts = sink.parse_sink_options(
         {
             "path": root.storage.describe(),
+            **{f"storage.{k}": v for k, v in (options or {}).items()},
             "topic": TOPIC,
             "batch.size": "1024",
             "checkpointlocation": CHECKPOINT,
@@ -105,6 +113,9 @@ def _stage(root: Root, batch: int, attempt: int, parts: dict[str, list[str]]) ->
                 "partition": pa.array([int(p)] * len(vals), pa.int32()),
             }
         )
+        # on an object store: staged segments uploaded and adopted by the commit in every other
+        # batch, carried in the commit message in the others
+        sink.STAGE_INLINE_BYTES = 0 if batch % 2 else 4 << 20
         msg = sink.stage_task(iter([rows]), opts, batch, task, attempt)
         files += [pub.StagedFile.from_dict(d) for d in msg.staged]
     return files
@@ -115,14 +126,16 @@ def _copy_below(n: int) -> int:
     return pub.COPY_BELOW_BYTES if n % 3 == 2 else 0
 
 
-def replay_last_plan(root: Root, work: Path, attempt: int, acks: int) -> None:
+def replay_last_plan(
+    root: Root, work: Path, attempt: int, acks: int, options: dict[str, str] | None = None
+) -> None:
     """What Spark does after a restart: the last planned batch runs again, and must land once."""
     plans = read_jsonl(work / "plan.jsonl")
     if not plans:
         return
     last = plans[-1]
     committed = root.last_committed_batch(SINK) >= last["batch"]
-    files = _stage(root, last["batch"], attempt, last["parts"])
+    files = _stage(root, last["batch"], attempt, last["parts"], options)
     out = root.publish(SINK, last["batch"], files, copy_below=_copy_below(attempt))
     if (out is None) != committed:
         _line(
@@ -132,7 +145,9 @@ def replay_last_plan(root: Root, work: Path, attempt: int, acks: int) -> None:
     _line(acks, {"kind": "publish", "batch": last["batch"], "replayed": True})
 
 
-def writer_main(work_dir: str, gen: int, seed: int, max_ops: int) -> None:
+def writer_main(
+    work_dir: str, gen: int, seed: int, max_ops: int, url: str, options: dict[str, str] | None = None
+) -> None:
     """One writer process: recover, replay, then append and publish until killed."""
     work = Path(work_dir)
     rng = random.Random(seed * 100_003 + gen)
@@ -140,9 +155,9 @@ def writer_main(work_dir: str, gen: int, seed: int, max_ops: int) -> None:
     acks = os.open(work / "acks.jsonl", flags, 0o644)
     intent = os.open(work / "intent.jsonl", flags, 0o644)
     plan = os.open(work / "plan.jsonl", flags, 0o644)
-    root = pylog.open(work / "root", lock_timeout=10)
+    root = _open(url, options)
     root.create_topic(TOPIC, PARTITIONS, CONFIG, exist_ok=True)
-    replay_last_plan(root, work, gen + 1, acks)
+    replay_last_plan(root, work, gen + 1, acks, options)
     plans = read_jsonl(work / "plan.jsonl")
     batch = plans[-1]["batch"] + 1 if plans else 0
     n = 0
@@ -168,7 +183,7 @@ def writer_main(work_dir: str, gen: int, seed: int, max_ops: int) -> None:
                     n += len(parts_map[str(p)])
             if not parts_map:
                 continue
-            files = _stage(root, batch, 0, parts_map)
+            files = _stage(root, batch, 0, parts_map, options)
             _line(plan, {"batch": batch, "parts": parts_map})
             # staged segments linked (patched and renamed) or copied, as the sink's commit does
             out = root.publish(SINK, batch, files, copy_below=_copy_below(batch))
@@ -181,7 +196,7 @@ def writer_main(work_dir: str, gen: int, seed: int, max_ops: int) -> None:
             root.flush()
         else:
             root.close()
-            root = pylog.open(work / "root", lock_timeout=10)
+            root = _open(url, options)
     root.close()
 
 
@@ -205,9 +220,19 @@ class KillReport:
 
 
 def run_kills(
-    work: Path, kills: int, *, seed: int = 0, min_s: float = 0.03, max_s: float = 0.35, max_ops: int = 5000
+    work: Path,
+    kills: int,
+    *,
+    seed: int = 0,
+    min_s: float = 0.03,
+    max_s: float = 0.35,
+    max_ops: int = 5000,
+    url: str | None = None,
+    options: dict[str, str] | None = None,
 ) -> KillReport:
-    """Run ``kills`` writer processes, each ``SIGKILL``-ed after a random time; then check."""
+    """Run ``kills`` writer processes, each ``SIGKILL``-ed after a random time; then check.
+    The root is ``work/root``, or ``url`` (with fsspec ``options``)."""
+    url = url or str(work / "root")
     t0 = time.monotonic()
     work.mkdir(parents=True, exist_ok=True)
     ctx = multiprocessing.get_context("forkserver")
@@ -215,7 +240,9 @@ def run_kills(
     rng = random.Random(seed)
     report = KillReport()
     for gen in range(kills):
-        proc = ctx.Process(target=writer_main, args=(str(work), gen, seed, max_ops), daemon=True)
+        proc = ctx.Process(
+            target=writer_main, args=(str(work), gen, seed, max_ops, url, options), daemon=True
+        )
         proc.start()
         proc.join(rng.uniform(min_s, max_s))
         if proc.exitcode is None:
@@ -226,18 +253,21 @@ def run_kills(
             report.errors.append(f"writer {gen} exited with {proc.exitcode}")
         elif proc.exitcode == 0:
             report.finished += 1
-    check(work, report)
+    check(work, report, url, options)
     report.seconds = time.monotonic() - t0
     return report
 
 
-def check(work: Path, report: KillReport) -> None:
+def check(
+    work: Path, report: KillReport, url: str | None = None, options: dict[str, str] | None = None
+) -> None:
     """Recover as the parent, replay the last plan, and check every acknowledgement."""
+    url = url or str(work / "root")
     acks_fd = os.open(work / "acks.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        with pylog.open(work / "root", lock_timeout=10) as root:
+        with _open(url, options) as root:
             root.create_topic(TOPIC, PARTITIONS, CONFIG, exist_ok=True)
-            replay_last_plan(root, work, 10_000, acks_fd)
+            replay_last_plan(root, work, 10_000, acks_fd, options)
     finally:
         os.close(acks_fd)
     acks = read_jsonl(work / "acks.jsonl")
@@ -249,7 +279,7 @@ def check(work: Path, report: KillReport) -> None:
     report.acked_appends = len(acked)
     report.batches = len(plans)
     seen: dict[str, int] = {}
-    with pylog.open(work / "root", read_only=True) as reader:
+    with _open(url, options, read_only=True) as reader:
         for p in range(PARTITIONS):
             t = reader.read_table(TOPIC, [p])
             offsets = t.column("offset").to_pylist()

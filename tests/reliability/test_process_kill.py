@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.conftest import Backend
 from tests.reliability.conftest import scale
 from tests.reliability.killer import run_kills
 
@@ -16,5 +17,21 @@ def test_sigkill_at_random_times_loses_and_duplicates_nothing(tmp_path: Path) ->
     assert report.errors == []
     assert report.kills >= 50 or report.kills + report.finished >= n
     assert report.kills >= n * 0.9, report
+    assert (report.lost, report.duplicated, report.phantom, report.unordered) == (0, 0, 0, 0), report
+    assert report.acked_appends > 0 and report.batches > 0
+
+
+def test_sigkill_of_object_store_writers_loses_and_duplicates_nothing(
+    tmp_path: Path, s3_backend: Backend
+) -> None:
+    """The same on an object store (moto's S3 server): writer processes killed at random times
+    in the middle of uploads, conditional creates of commits, checkpoints, hints and deletes,
+    and of publishes whose staged segments are uploaded and then adopted by the commit."""
+    n = max(30, int(30 * scale()))
+    report = run_kills(
+        tmp_path / "kills", n, seed=2, min_s=0.1, max_s=0.8, url=s3_backend.url, options=s3_backend.options
+    )
+    assert report.errors == []
+    assert report.kills >= n * 0.8, report
     assert (report.lost, report.duplicated, report.phantom, report.unordered) == (0, 0, 0, 0), report
     assert report.acked_appends > 0 and report.batches > 0
