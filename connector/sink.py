@@ -574,7 +574,8 @@ def publish(
     exactly_once = streaming
     legacy = opts.sink_id if queries else None
     now = int(time.time() * 1000) if now is None else now
-    with _open(opts, read_only=False, trust_known=True) as root:
+    # an overwrite decides what to hide from the partitions it sees: from the newest state
+    with _open(opts, read_only=False, trust_known=not overwrite) as root:
         crash_at = os.environ.get(CRASH_ENV)
         if crash_at:
 

@@ -129,7 +129,9 @@ def remember(store: ObjectStore, snap: Snapshot, confirmed_at: float) -> None:
 
 def known(store: ObjectStore, within_s: float) -> tuple[Snapshot, float] | None:
     """The state this process last confirmed newest for this root, with when it did, if that was
-    at most ``within_s`` seconds ago (no request)."""
+    at most ``within_s`` seconds ago, and under half the delete delay (a commit from an older
+    state would be refused anyway, and objects it maps may be gone); no request."""
+    within_s = min(within_s, store.file_delete_delay_ms / 2000)
     with _KNOWN_LOCK:
         cached = _KNOWN.get(store.url)
     if cached is None or time.monotonic() - cached[1] > within_s:

@@ -659,7 +659,7 @@ class ObjectStorage(Storage):
         path = self.check_relative(path)
         self._check_writable(path)
         with self._lock:
-            if any(path + "/" + name in self._files for name in self._children().get(path, ())):
+            if any(p.startswith(path + "/") for p in self._files):  # (rare: a full scan)
                 raise StorageError(f"{self.store.url}/{path}: directory not empty")
             self._dirs.discard(path)
             self._tree_remove(path)

@@ -116,6 +116,8 @@ class LogSegment:
         first asked (opening a log then reads no index of a segment nobody looks up)."""
         if self._max_ts is None:
             ts, off = self.time_index.last_entry
+            if self.time_index.rejected is not None:  # a damaged time index: read the batches
+                ts, off = self._read_largest_timestamp()
             self._max_ts = [ts, off]
         return self._max_ts
 

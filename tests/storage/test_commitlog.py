@@ -366,3 +366,21 @@ def test_a_writer_trusting_its_known_state_skips_the_get_and_never_publishes_a_b
     with s3_backend.open(read_only=True) as r:
         assert sorted(values(r)) == [b"b0-0", b"b0-1", b"b0-2", b"b1-0", b"b1-1", b"b1-2"]
         assert r.last_committed_batch(q) == 1
+
+
+def test_a_known_state_is_trusted_only_under_half_the_delete_delay() -> None:
+    """A writer may start from the state its process confirmed newest (no request) only while
+    no commit or object it maps can have been deleted: under half the delete delay."""
+    from types import SimpleNamespace
+
+    store = SimpleNamespace(url="memory://trust/1", file_delete_delay_ms=1000)
+    try:
+        commitlog.remember(store, Snapshot(number=3), time.monotonic())  # type: ignore[arg-type]
+        assert commitlog.known(store, 30.0) is not None  # type: ignore[arg-type]
+        time.sleep(0.6)
+        assert commitlog.known(store, 30.0) is None  # type: ignore[arg-type]  # older than 0.5 s
+        store.file_delete_delay_ms = 60_000
+        assert commitlog.known(store, 30.0) is not None  # type: ignore[arg-type]
+        assert commitlog.known(store, 0.1) is None  # type: ignore[arg-type]
+    finally:
+        commitlog.forget(store)  # type: ignore[arg-type]

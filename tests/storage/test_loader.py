@@ -378,14 +378,22 @@ def test_an_object_store_log_opens_without_reading_sealed_indexes_and_still_refu
     assert len(sealed) >= 3
     active = (lg.active.offset_index.path, lg.active.time_index.path)
     assert not [p for p in reads if p.endswith("index") and p not in active], reads
+    largest = sealed[1].largest_timestamp
     # damage a sealed segment's offset index (entries past its log), then read through it
     w = Root(ObjectStorage(ObjectStore(url)))
 
     def damage() -> None:
         w.storage.write_atomic(sealed[1].offset_index.path, (b"\x00\x00\x7f\xff" + b"\x7f\xff\xff\xff") * 4)
+        w.storage.write_atomic(sealed[1].time_index.path, b"\x7f" * 24)  # entries past the segment
 
     w.transaction(damage)
     r = Root(ObjectStorage(ObjectStore(url), read_only=True), read_only=True)
     start = sealed[1].base_offset
     got = r.read_table("t", [0], start_offset=start + 5, end_offset=start + 8).column("value").to_pylist()
     assert [v[:6] for v in got] == [b"v%d-%03d" % divmod(start + k, 20) for k in range(5, 8)]
+    # the damaged time index is ignored: the segment's largest timestamp (retention, the
+    # compaction lag, timestamp lookups) is read from its batches instead
+    again = Root(ObjectStorage(ObjectStore(url))).writable_log("t", 0)
+    assert again.segments[1].time_index.rejected is None  # (not loaded yet: lazy)
+    assert again.segments[1].largest_timestamp == largest
+    assert again.segments[1].time_index.rejected is not None
