@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pylog.storage.backends import commitlog, orphans, overlay
+from pylog.storage.backends.dirindex import DirIndex
 from pylog.storage.backends.fs import AppendFile, Storage
 from pylog.storage.backends.manifest import DIRECT, MANIFESTS, holds_inline, is_direct, parent, upload_key
 from pylog.storage.backends.objectstore import ObjectStore
@@ -165,7 +166,7 @@ class ObjectStorage(Storage):
         self._files: dict[str, _Entry | Ref] = {}  # the working tree: Refs are the snapshot's
         self._touched: set[str] = set()  # paths added, changed or removed since the snapshot
         self._dirs: set[str] = set()
-        self._tree: dict[str, set[str]] | None = None  # dir -> names in it (lazy; see _children)
+        self._tree: DirIndex | None = None  # the working tree's names per directory (lazy: _children)
         self._direct: dict[str, int] | None = None
         self._direct_mtimes: dict[str, float] = {}  # of the last listing (staged data's age)
         self._deferred: list[str] = []
@@ -516,43 +517,24 @@ class ObjectStorage(Storage):
             self._tree_add(d)
 
     def _tree_add(self, path: str) -> None:
-        if self._tree is None:
-            return  # built from the tree when next needed
-        while path:
-            d, _, name = path.rpartition("/")
-            names = self._tree.setdefault(d, set())
-            if name in names:
-                return  # its ancestors are there already
-            names.add(name)
-            path = d
+        if self._tree is not None:  # (otherwise built from the tree when next needed)
+            self._tree.add(path)
 
     def _tree_remove(self, path: str) -> None:
-        """``path`` left the tree: its name leaves its directory's, and so on up while a
-        directory is left holding nothing and is not a directory of its own."""
-        if self._tree is None:
-            return
-        while path and not (path in self._files or path in self._dirs or self._tree.get(path)):
-            self._tree.pop(path, None)
-            d, _, name = path.rpartition("/")
-            names = self._tree.get(d)
-            if names is not None:
-                names.discard(name)
-            path = d
+        if self._tree is not None:
+            self._tree.remove(path, lambda p: p in self._files or p in self._dirs)
 
-    def _children(self) -> dict[str, set[str]]:
-        """The names in each directory of the working tree: built when a state with other
-        names is loaded, then kept up to date as files come and go, so that listing a
-        directory costs what it holds, not what the root holds."""
+    def _children(self) -> DirIndex:
+        """The working tree's names per directory: built when a state with other names is
+        loaded, then kept up to date as files come and go."""
         if self._tree is None:
-            self._tree = {}
-            for p in itertools.chain(self._files, self._dirs):
-                self._tree_add(p)
+            self._tree = DirIndex(itertools.chain(self._files, self._dirs))
         return self._tree
 
     def listdir(self, path: str = "") -> list[str]:
         path = self.check_relative(path)
         with self._lock:
-            names = set(self._children().get(path, ()))
+            names = self._children().names(path)
         if path == "":  # consumer offsets: written by other roots at any time
             if not self.in_transaction:
                 self._direct = None
