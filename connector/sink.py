@@ -376,7 +376,7 @@ def stage_task(
     root (on an object store: no request before its uploads)."""
     writer_id = pub.validate_sink_id(query_id) if query_id else opts.sink_id
     storage = open_staging(opts.path, opts.storage_options or None)
-    root = _TaskTopics(opts, topics or {})
+    meta = _TaskTopics(opts, topics or {})
     files: dict[tuple[str, int], Stager] = {}
     counts = 0
     sticky: dict[str, list[int]] = {}
@@ -387,7 +387,7 @@ def stage_task(
                 continue
             counts += rb.num_rows
             _stage_batch(
-                root,
+                meta,
                 storage,
                 rb,
                 opts,
@@ -408,7 +408,7 @@ def stage_task(
             for f in files.values():
                 with contextlib.suppress(Exception):
                     f.abandon()
-        root.close()
+        meta.close()
     return PylogCommitMessage(staged=staged, records=counts, query_id=query_id)
 
 
@@ -433,7 +433,7 @@ def _sticky_partitions(sizes: np.ndarray, num: int, state: list[int], switch_byt
 
 
 def _stage_batch(
-    root: _TaskTopics,
+    meta: _TaskTopics,
     storage: Storage,
     rb: pa.RecordBatch,
     opts: SinkOptions,
@@ -467,7 +467,7 @@ def _stage_batch(
             sel = np.arange(n)
         else:
             sel = np.nonzero(pc.equal(topic_col, topic).to_numpy(zero_copy_only=False))[0]
-        num, config = root.get(topic)  # unknown topic: a clear error from the root
+        num, config = meta.get(topic)  # unknown topic: a clear error from the root
         topic_key = None if key is None else (key if len(distinct) == 1 else key.take(pa.array(sel)))
         check_keys(config, topic_key, f"topic {topic!r}")  # the broker's check of a compacted topic
         if "partition" in col:

@@ -699,9 +699,9 @@ def open_root(
         raise ConfigError(
             f"{text}: storage options apply to object-store URLs (s3://...), not to local paths"
         )
-    if text.startswith("file://"):
-        text = text[len("file://") :]
-    return Root(LocalStorage(text, create=not read_only), read_only=read_only, lock_timeout=lock_timeout)
+    return Root(
+        LocalStorage(_local_path(text), create=not read_only), read_only=read_only, lock_timeout=lock_timeout
+    )
 
 
 def open_staging(path: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None) -> Storage:
@@ -712,6 +712,8 @@ def open_staging(path: str | os.PathLike[str], storage_options: Mapping[str, Any
     text = os.fspath(path)
     if is_object_url(text):
         return ObjectStorage.open(text, dict(storage_options or {}), read_only=True, load=False)
-    if text.startswith("file://"):
-        text = text[len("file://") :]
-    return LocalStorage(text, create=False)
+    return LocalStorage(_local_path(text), create=False)
+
+
+def _local_path(text: str) -> str:
+    return text[len("file://") :] if text.startswith("file://") else text

@@ -378,7 +378,7 @@ def a_append_checkpoint(ctx: Context) -> None:
 def s_format_1(st: Storage) -> Context:
     """A root written by pylog before the commit log: one manifest (format 1)."""
     assert isinstance(st, ObjectStorage)
-    src = ObjectWorld.new("format-1-source")
+    src = ObjectWorld("format-1-source")
     root = _root(src.open(), {"t": (2, {"segment.bytes": "100000"})})
     _fill(root, "t", 0, "a", 5)
     root.append("t", rows_of([b"big-" + b"x" * 5000]), partition=1)

@@ -173,16 +173,13 @@ class ObjectWorld:
     label = "object"
     kinds = ("kill", "lost-reply")
 
-    def __init__(self, url: str, *, delete_delay_ms: int = 0) -> None:
-        self.url = url
+    def __init__(self, name: str, *, delete_delay_ms: int = 0) -> None:
+        self.name = name
         self.delete_delay_ms = delete_delay_ms
         self.store = CrashingStore(
-            url, {"pylog.file_delete_delay_ms": delete_delay_ms, "pylog.retry_timeout_s": 5}
+            f"memory://pylog-crash/{name}-{next(_URLS)}",
+            {"pylog.file_delete_delay_ms": delete_delay_ms, "pylog.retry_timeout_s": 5},
         )
-
-    @classmethod
-    def new(cls, name: str, *, delete_delay_ms: int = 0) -> ObjectWorld:
-        return cls(f"memory://pylog-crash/{name}-{next(_URLS)}", delete_delay_ms=delete_delay_ms)
 
     @property
     def steps(self) -> list[str]:
@@ -204,16 +201,12 @@ class ObjectWorld:
         """The objects as the next process finds them (under a new URL: nothing cached)."""
         fs = self.store.fs._fs
         base = self.store.base
-        new = ObjectWorld.new(base.rsplit("/", 1)[1].rsplit("-", 1)[0], delete_delay_ms=self.delete_delay_ms)
+        new = ObjectWorld(self.name, delete_delay_ms=self.delete_delay_ms)
         for path in fs.find(base):
             fs.pipe_file(f"{new.store.base}/{path[len(base) + 1 :]}", fs.cat_file(path))
         if fs.exists(base):
             fs.rm(base, recursive=True)  # the dead process's copy is gone (memory is bounded)
         return new
-
-    def keys(self) -> list[str]:
-        fs = self.store.fs._fs
-        return sorted(p[len(self.store.base) + 1 :] for p in fs.find(self.store.base))
 
 
 def write_format_1(
@@ -236,7 +229,7 @@ def write_format_1(
 
 
 def new_world(label: str, name: str, *, delete_delay_ms: int = 0) -> World:
-    return MemWorld.new(name) if label == "local" else ObjectWorld.new(name, delete_delay_ms=delete_delay_ms)
+    return MemWorld.new(name) if label == "local" else ObjectWorld(name, delete_delay_ms=delete_delay_ms)
 
 
 __all__ = ["CrashingStore", "LostReply", "MemWorld", "ObjectWorld", "World", "new_world", "write_format_1"]
