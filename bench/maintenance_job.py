@@ -5,7 +5,8 @@
 The roots live in a temporary directory (``local``, the default), or on moto's S3 server, run
 in a process of its own on 127.0.0.1 (so that the driver's memory is the driver's; the server
 then shares the 2 cores with the tasks).  Two identical roots are written: a compacted topic of
-4 partitions, each holding ``--mb`` MiB (64; 16 with ``--quick``) of 1 KiB records over 2,000
+4 partitions, each holding ``--mb`` MiB (256, a 1 GiB log; 16 with ``--quick``: a job of a
+fraction of a second then mostly measures Spark's scheduling) of 1 KiB records over 2,000
 keys per partition in sealed segments of ``--segment-mb`` MiB (1).  ``pylog.connector.maintenance.run(...,
 force=True)`` then compacts one root with at most 1 task and the other with at most 2
 (local[2]).  Reported: the dirty bytes per second of each, their ratio, the time the tasks held
@@ -103,7 +104,7 @@ def reset_peak_rss() -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--mb", type=int, default=64, help="MiB per partition")
+    ap.add_argument("--mb", type=int, default=256, help="MiB per partition")
     ap.add_argument("--backend", choices=["local", "s3"], default="local")
     ap.add_argument("--segment-mb", type=int, default=1, help="segment.bytes in MiB")
     args = ap.parse_args()

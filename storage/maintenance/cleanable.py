@@ -137,36 +137,61 @@ def log_to_clean(log: Log, checkpoint: int | None, now: int, *, with_lso: bool =
 # ============================================================================ grouping
 
 
+def fits_group(
+    base_offset: int,
+    log_size: int,
+    index_entries: int,
+    time_entries: int,
+    nxt: LogSegment,
+    last_offset: int,
+    max_size: int,
+    max_index_size: int,
+) -> bool:
+    """Whether segment ``nxt`` (whose last offset is at most ``last_offset``) may join a group
+    starting at ``base_offset`` that already takes ``log_size`` bytes and ``index_entries`` /
+    ``time_entries`` index entries: Kafka's test in ``groupSegmentsBySize``."""
+    return (
+        log_size + nxt.size <= max_size
+        and 8 * (index_entries + len(nxt.offset_index)) <= max_index_size
+        and 12 * (time_entries + len(nxt.time_index)) <= max_index_size
+        and (nxt.size == 0 or last_offset - base_offset <= INT32_MAX)
+    )
+
+
+def last_offset_bound(segments: list[LogSegment], i: int, first_uncleanable_offset: int) -> int:
+    """An upper bound of segment ``i``'s last offset: the next segment's base, or the first
+    uncleanable offset for the last one, minus one."""
+    return segments[i + 1].base_offset - 1 if i + 1 < len(segments) else first_uncleanable_offset - 1
+
+
 def group_segments_by_size(
     segments: list[LogSegment], max_size: int, max_index_size: int, first_uncleanable_offset: int
 ) -> list[list[LogSegment]]:
     """Kafka's ``groupSegmentsBySize``: consecutive segments whose total log size stays within
     ``segment.bytes``, whose index sizes stay within ``segment.index.bytes``, and whose offsets
     fit the 32-bit relative offsets of the group's first segment (estimated from the next
-    segment's base, or the first uncleanable offset for the last one)."""
+    segment's base, or the first uncleanable offset for the last one).  The cleaner itself groups
+    by what it keeps (see :mod:`cleaner`); this is the plan before anything is read."""
     groups: list[list[LogSegment]] = []
     i = 0
     n = len(segments)
     while i < n:
         group = [segments[i]]
         log_size = segments[i].size
-        index_size = 8 * len(segments[i].offset_index)
-        time_size = 12 * len(segments[i].time_index)
+        index_size = len(segments[i].offset_index)
+        time_size = len(segments[i].time_index)
         i += 1
         while i < n:
             nxt = segments[i]
-            last = segments[i + 1].base_offset - 1 if i + 1 < n else first_uncleanable_offset - 1
-            if not (
-                log_size + nxt.size <= max_size
-                and index_size + 8 * len(nxt.offset_index) <= max_index_size
-                and time_size + 12 * len(nxt.time_index) <= max_index_size
-                and (nxt.size == 0 or last - group[0].base_offset <= INT32_MAX)
+            last = last_offset_bound(segments, i, first_uncleanable_offset)
+            if not fits_group(
+                group[0].base_offset, log_size, index_size, time_size, nxt, last, max_size, max_index_size
             ):
                 break
             group.append(nxt)
             log_size += nxt.size
-            index_size += 8 * len(nxt.offset_index)
-            time_size += 12 * len(nxt.time_index)
+            index_size += len(nxt.offset_index)
+            time_size += len(nxt.time_index)
             i += 1
         groups.append(group)
     return groups
@@ -176,7 +201,9 @@ __all__ = [
     "LogToClean",
     "first_dirty_offset",
     "first_uncleanable_offset",
+    "fits_group",
     "group_segments_by_size",
+    "last_offset_bound",
     "log_to_clean",
     "max_compaction_delay",
 ]

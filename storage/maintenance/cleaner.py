@@ -18,9 +18,10 @@ One cleaning pass:
    one record, so cleaning always progresses).  ``end = latest mapped offset + 1`` becomes the
    new checkpoint.
 3. **Rewrite.** Every segment below ``end`` (clean ones too) is regrouped, within
-   ``segment.bytes``, ``segment.index.bytes`` and 2^31-1 relative offsets, and each group is
-   rewritten into one ``.cleaned`` segment that replaces it through ``.cleaned`` -> ``.swap`` ->
-   ``.deleted`` (``Log.replace_segments``; recovery completes or discards a half-done swap).
+   ``segment.bytes``, ``segment.index.bytes`` and 2^31-1 relative offsets counting what the
+   pass keeps of each segment (Kafka counts the old sizes), and each group is rewritten into
+   one ``.cleaned`` segment that replaces it through ``.cleaned`` -> ``.swap`` -> ``.deleted``
+   (``Log.replace_segments``; recovery completes or discards a half-done swap).
    A record is kept when it is beyond the map's range, or it is the latest offset of its key
    and has a value or is a tombstone whose batch has no delete horizon yet or one still in the
    future.  (A dirty record is the latest of its key exactly when its offset is one of the
@@ -58,7 +59,9 @@ from pylog.storage.maintenance.cleanable import (
     LogToClean,
     first_dirty_offset,
     first_uncleanable_offset,
+    fits_group,
     group_segments_by_size,
+    last_offset_bound,
     log_to_clean,
     max_compaction_delay,
 )
@@ -306,9 +309,6 @@ class Cleaner:
         segments = [s for s in log.segments[:-1] if s.base_offset < end]
         if not segments:
             return
-        groups = group_segments_by_size(
-            segments, log.config.segment_bytes, log.config.segment_index_bytes, upper
-        )
         active = transactions.producer_state(log).active_producers(now)
         pids = np.array(sorted(active), dtype=np.int64)
         last_data = np.array([active[p].last_data_offset for p in pids.tolist()], dtype=np.int64)
@@ -331,8 +331,11 @@ class Cleaner:
             start,
             mapped,
         )
-        for group in groups:
-            self._clean_group(log, group, rule, tracker, result, progress, now, throttle, stage)
+        i = 0
+        while i < len(segments):
+            i = self._clean_group(
+                log, segments, i, upper, rule, tracker, result, progress, now, throttle, stage
+            )
 
     # ------------------------------------------------------------------ offset map
 
@@ -392,7 +395,9 @@ class Cleaner:
     def _clean_group(
         self,
         log: Log,
-        group: list[LogSegment],
+        segments: list[LogSegment],
+        first: int,
+        upper: int,
         rule: _Rule,
         tracker: TxnTracker,
         result: CleanResult,
@@ -400,32 +405,42 @@ class Cleaner:
         now: int,
         throttle: Throttler | None = None,
         stage: str | None = None,
-    ) -> None:
-        base = group[0].base_offset
+    ) -> int:
+        """Rewrite ``segments[first]`` and as many of the segments after it as fit into one new
+        segment; returns the index of the first segment left for the next group.
+
+        A group is decided as it is written: the next segment joins when the bytes and index
+        entries kept so far plus the whole of that segment fit ``segment.bytes`` and
+        ``segment.index.bytes`` (and its offsets the group's 32-bit relative offsets).  Kafka
+        plans its groups from the segments' sizes before cleaning, so a log that compacts to a
+        few percent keeps one (nearly empty) segment per old segment until a later pass merges
+        them; grouping by what is kept makes that one segment now, with the same limits."""
+        cfg = log.config
+        base = segments[first].base_offset
         suffix = stage or ".cleaned"
-        LogSegment(log.storage, log.directory, base, log.config, suffix=suffix).delete()  # leftovers
-        cleaned = LogSegment(log.storage, log.directory, base, log.config, suffix=suffix, created_ms=now)
+        LogSegment(log.storage, log.directory, base, cfg, suffix=suffix).delete()  # leftovers
+        cleaned = LogSegment(log.storage, log.directory, base, cfg, suffix=suffix, created_ms=now)
+        group: list[LogSegment] = []
+        i = first
         try:
             cleaned.open_for_append()
             tracker.cleaned_index = cleaned.txn_index
-            for seg in group:
-                trusted = self._verified.get(seg.log_path)  # CRCs checked while mapping
-                for _, sp in _prefetched(_walked(seg, 0, trusted)):
-                    can_discard = tracker.on_batches(sp.headers, _control_types_of(sp))
-                    keep, action, horizon = rule.decide(sp, can_discard, seg)
-                    out, oh = rewrite.rebuild(sp, keep, action, horizon)
-                    if len(oh):
-                        cleaned.append(out, oh)
-                    result.bytes_read += int(sp.headers.size.sum())
-                    result.bytes_written += int(out.shape[0])
-                    result.records_read += len(sp)
-                    result.records_retained += int(oh.records_count.sum())
-                    result.batches_read += len(sp.headers)
-                    result.batches_retained += len(oh)
-                    if progress is not None:
-                        progress(int(sp.headers.size.sum()))
-                    if throttle is not None:
-                        throttle(int(sp.headers.size.sum()) + int(out.shape[0]))
+            while i < len(segments) and (
+                not group
+                or fits_group(
+                    base,
+                    cleaned.size,
+                    len(cleaned.offset_index),
+                    len(cleaned.time_index),
+                    segments[i],
+                    last_offset_bound(segments, i, upper),
+                    cfg.segment_bytes,
+                    cfg.segment_index_bytes,
+                )
+            ):
+                self._clean_segment(segments[i], cleaned, rule, tracker, result, progress, throttle)
+                group.append(segments[i])
+                i += 1
             cleaned.on_become_inactive()
         except BaseException:
             cleaned.delete()
@@ -437,10 +452,39 @@ class Cleaner:
         else:
             cleaned.flush()
             cleaned.close_files()
-            result.staged.append((cleaned, list(group)))
+            result.staged.append((cleaned, group))
         result.groups += 1
         result.segments_replaced += len(group)
         result.new_segments.append(base)
+        return i
+
+    def _clean_segment(
+        self,
+        seg: LogSegment,
+        cleaned: LogSegment,
+        rule: _Rule,
+        tracker: TxnTracker,
+        result: CleanResult,
+        progress: Progress | None,
+        throttle: Throttler | None,
+    ) -> None:
+        trusted = self._verified.get(seg.log_path)  # CRCs checked while mapping
+        for _, sp in _prefetched(_walked(seg, 0, trusted)):
+            can_discard = tracker.on_batches(sp.headers, _control_types_of(sp))
+            keep, action, horizon = rule.decide(sp, can_discard, seg)
+            out, oh = rewrite.rebuild(sp, keep, action, horizon)
+            if len(oh):
+                cleaned.append(out, oh)
+            result.bytes_read += int(sp.headers.size.sum())
+            result.bytes_written += int(out.shape[0])
+            result.records_read += len(sp)
+            result.records_retained += int(oh.records_count.sum())
+            result.batches_read += len(sp.headers)
+            result.batches_retained += len(oh)
+            if progress is not None:
+                progress(int(sp.headers.size.sum()))
+            if throttle is not None:
+                throttle(int(sp.headers.size.sum()) + int(out.shape[0]))
 
 
 @dataclass

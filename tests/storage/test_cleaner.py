@@ -386,13 +386,13 @@ def test_b13_crash_with_swap_partly_renamed_to_final(tmp_path: Path) -> None:
     work = tmp_path / "work"
     shutil.copytree(tmp_path / "src", work)
     lg = reopen(work, clean=True, segment_bytes=2048)
-    crash_at(lg, "renamed-deleted")
+    crash_at(lg, "renamed-final")  # every old segment of the first group is .deleted
     with pytest.raises(Crash):
         cleaner().clean(lg, now=T0)
     d = work / DIR
-    for n in os.listdir(d):
-        if n.endswith((".log.swap", ".index.swap")):
-            os.rename(d / n, d / n[: -len(".swap")])
+    first = f"{0:020d}"
+    assert (d / f"{first}.log").exists() and (d / f"{first}.log.deleted").exists()
+    os.rename(d / f"{first}.timeindex", d / f"{first}.timeindex.swap")  # the rename not yet done
     assert rows(reopen(work, segment_bytes=2048)) == compacted
 
 
@@ -529,6 +529,33 @@ def test_grouping_respects_segment_and_index_bytes(tmp_path: Path) -> None:
     idx = group_segments_by_size(segs, 1 << 20, 8 * max(1, len(segs[0].offset_index)), upper)
     assert all(sum(8 * len(s.offset_index) for s in g) <= 8 * max(1, len(segs[0].offset_index)) for g in idx)
     assert [s for g in two for s in g] == segs
+
+
+def test_a_pass_groups_by_what_it_keeps_within_the_segment_and_index_limits(tmp_path: Path) -> None:
+    """Kafka groups by the old sizes, so a log that compacts to a few percent would keep one
+    nearly empty segment per old one; a pass here fills each new segment with what it keeps,
+    never beyond ``segment.bytes`` or ``segment.index.bytes``."""
+    lg = write_dupes(tmp_path, 400, segment_bytes=1024, index_interval_bytes=64)
+    lg.roll()
+    before = rows(lg)
+    old = len(lg.segments) - 1
+    assert old >= 20
+    res = cleaner().clean(lg, now=T0)
+    assert rows(lg) == latest_per_key(before, lg.active.base_offset)
+    sealed = lg.segments[:-1]
+    assert res.groups == len(sealed) == 1 < old  # 10 keys kept: one segment, not one per old one
+    assert res.segments_replaced == old
+    # tight index limits (the log rolls on a full index too): each group stops before passing them
+    lg2 = write_dupes(
+        tmp_path / "b", 400, segment_bytes=1024, index_interval_bytes=16, segment_index_bytes=36
+    )
+    lg2.roll()
+    before2 = rows(lg2)
+    res2 = cleaner().clean(lg2, now=T0)
+    assert rows(lg2) == latest_per_key(before2, lg2.active.base_offset)
+    assert 1 < res2.groups < res2.segments_replaced
+    for seg in lg2.segments[:-1]:
+        assert seg.size <= 1024 and 8 * len(seg.offset_index) <= 36 and 12 * len(seg.time_index) <= 36
 
 
 def test_offset_map_module_hashes_lists() -> None:

@@ -223,6 +223,7 @@ class Killed(BaseException):
 def test_a_pass_killed_while_writing_leaves_the_log_as_it_was_and_its_retry_applies_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from pylog.storage.maintenance import cleaner as cleaner_module
     from pylog.storage.maintenance.cleaner import Cleaner
     from pylog.tools.inspect import verify
 
@@ -231,13 +232,14 @@ def test_a_pass_killed_while_writing_leaves_the_log_as_it_was_and_its_retry_appl
     real = Cleaner._clean_group
     groups = [0]
 
-    def clean_group(self: Cleaner, *args: Any, **kwargs: Any) -> None:
+    def clean_group(self: Cleaner, *args: Any, **kwargs: Any) -> int:
         groups[0] += 1
         if groups[0] == 3:  # two groups staged, the third half written
             raise Killed()
-        real(self, *args, **kwargs)
+        return real(self, *args, **kwargs)
 
     monkeypatch.setattr(Cleaner, "_clean_group", clean_group)
+    monkeypatch.setattr(cleaner_module, "fits_group", lambda *_: False)  # a group per segment
     with pytest.raises(Killed):
         clean_detached(_opener(path), "c", 0, now=NOW, force=True)
     monkeypatch.undo()
