@@ -13,6 +13,8 @@ with ``trigger(availableNow=True)`` and ``maxFilesPerTrigger`` micro-batches int
 
 Each contender first streams a small warm-up input (JIT, Python workers, imports), so that the
 measured runs compare steady states rather than whoever ran first paying the JVM's warm-up.
+The contenders then run in ``--rounds`` interleaved rounds (3) and each one's median counts:
+on a shared 2-core VM single runs of the same contender vary by up to 1.4x.
 
 Prints a table and, as its last line, JSON with rows/s for each and ``ceiling_ratio``
 (pylog ÷ discarding Python sink) and ``parquet_ratio`` (pylog ÷ parquet sink).
@@ -24,6 +26,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -102,6 +105,7 @@ def run(spark: SparkSession, src: Path, fmt: str, out: Path, rows: int, files_pe
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="1 M rows instead of 10 M")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are reported")
     args = ap.parse_args()
     rows = 1_000_000 if args.quick else 10_000_000
     files = 8 if args.quick else 40
@@ -122,14 +126,22 @@ def main() -> None:
         contenders = (("ceiling", "bench_discard"), ("parquet", "parquet"), ("pylog", "pylog"))
         for name, fmt in contenders:  # the JVM's and the Python workers' warm-up is nobody's cost
             run(spark, warm, fmt, tmp / f"warm-{name}", rows // 20, 1)
-        for name, fmt in contenders:
-            results[name] = run(spark, src, fmt, tmp / name, rows, max(1, files // 4))
-            print(f"{name:8} {results[name] / 1e6:6.2f} M rows/s", flush=True)
+        runs: dict[str, list[float]] = {name: [] for name, _ in contenders}
+        for r in range(args.rounds):  # interleaved, so that a slow spell of the machine hits all
+            for name, fmt in contenders:
+                runs[name].append(run(spark, src, fmt, tmp / f"{name}-{r}", rows, max(1, files // 4)))
+                shutil.rmtree(tmp / f"{name}-{r}", ignore_errors=True)
+                print(f"round {r + 1}: {name:8} {runs[name][-1] / 1e6:6.2f} M rows/s", flush=True)
+        for name, _ in contenders:
+            results[name] = statistics.median(runs[name])
+            print(f"{name:8} {results[name] / 1e6:6.2f} M rows/s (median of {args.rounds})", flush=True)
     finally:
         spark.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     out = {
         "rows": rows,
+        "rounds": args.rounds,
+        "runs_rows_per_s": runs,
         "rows_per_s": results,
         "ceiling_ratio": results["pylog"] / results["ceiling"],
         "parquet_ratio": results["pylog"] / results["parquet"],
