@@ -119,7 +119,8 @@ class RootView:
         return self.root.log(tp[0], tp[1])
 
     def earliest(self, tp: TopicPartition) -> int:
-        return self.log(tp).log_start_offset
+        """The log start offset, from the checkpoint and the segment names (no log is opened)."""
+        return self.root.log_start_offset(*tp)
 
     def latest(self, tp: TopicPartition) -> int:
         """The log end offset; under read_committed the last stable offset (Kafka's "latest").

@@ -44,7 +44,6 @@ of a stopped streaming query is kept.
 from __future__ import annotations
 
 import contextlib
-import gc
 import hashlib
 import logging
 import os
@@ -75,6 +74,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from pylog.connector.workers import freeze_after_task
 from pylog.storage.backends.fs import Storage
 from pylog.storage.backends.objectfs import ObjectStorage
 from pylog.storage.codec import records
@@ -529,23 +529,6 @@ QUERY_ID_PROPERTY = "sql.streaming.queryId"  # set by Spark's StreamExecution fo
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 
-_FROZEN = False
-
-
-def _freeze_imported_objects() -> None:
-    """Once per Python worker, after its first task: move the objects alive then (the modules
-    of pyspark, pyarrow, numpy, numba and pylog, and the compiled kernels loaded by the first
-    task: ~170,000 objects) out of the garbage collector's reach.  Spark's worker daemon runs a
-    full collection after every task of a reused worker, which otherwise walks them all each
-    time (a discarding sink, which imports less, pays less).  What is frozen stays alive until
-    the worker exits anyway."""
-    global _FROZEN
-    if not _FROZEN:
-        gc.collect()
-        gc.freeze()
-        _FROZEN = True
-
-
 def _task_ids() -> tuple[int, int, int | None, str | None]:
     """(partition id, attempt, streaming batch id, streaming query id) of the running task."""
     ctx = TaskContext.get()
@@ -682,7 +665,7 @@ class PylogStreamWriter(DataSourceStreamArrowWriter):
         if batch is None:
             raise RuntimeError("pylog sink: no streaming batch id in the task context")
         message = stage_task(iterator, self.opts, batch, task, attempt, query, self.topics)
-        _freeze_imported_objects()
+        freeze_after_task()
         return message
 
     def commit(self, messages: list[Any], batchId: int) -> None:
@@ -701,7 +684,7 @@ class PylogBatchWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> PylogCommitMessage:
         task, attempt, _, _ = _task_ids()
         message = stage_task(iterator, self.opts, 0, task, attempt, topics=self.topics)
-        _freeze_imported_objects()
+        freeze_after_task()
         return message
 
     def commit(self, messages: list[Any]) -> None:

@@ -26,6 +26,7 @@ from pylog.connector.offsets import (
 from pylog.connector.options import SourceOptions
 from pylog.connector.pushdown import Bounds, push_filters
 from pylog.connector.scan import ReadTask, read_task, task_for
+from pylog.connector.workers import freeze_after_task
 from pylog.storage.errors import PylogError
 
 
@@ -43,6 +44,7 @@ class BatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition.value, ReadTask):  # Spark reads one empty partition when there are none
             yield from read_task(partition.value)
+            freeze_after_task()
 
 
 class PushdownBatchReader(BatchReader):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import threading
 import types
 from pathlib import Path
 
@@ -115,24 +116,47 @@ def _compile() -> types.ModuleType | None:
     return mod
 
 
-jit = None if os.environ.get("PYLOG_NO_JIT") else _compile()
-"""The numba-compiled copy, or None when numba is missing or ``PYLOG_NO_JIT`` is set."""
+_jit: types.ModuleType | None = None
+_jit_loaded = False
+_jit_lock = threading.Lock()
 
-_active: types.ModuleType = jit if jit is not None else python
+
+def compiled() -> types.ModuleType | None:
+    """The numba-compiled copy, or None when numba is missing or ``PYLOG_NO_JIT`` is set.
+
+    numba is imported, and the kernels' cached machine code loaded, on the first call (from
+    :func:`active`, when a batch is first encoded or decoded), not at import: a process that
+    never touches a record batch, like Spark's driver-side processes that plan a read or
+    commit a write, saves about half a second of CPU at each query start."""
+    global _jit, _jit_loaded
+    if not _jit_loaded:
+        with _jit_lock:
+            if not _jit_loaded:
+                _jit = None if os.environ.get("PYLOG_NO_JIT") else _compile()
+                _jit_loaded = True
+    return _jit
+
+
+_active: types.ModuleType | None = None
+"""The kernels selected by :func:`use`; None: the compiled copy when there is one."""
 
 
 def active() -> types.ModuleType:
     """The kernels the codec uses now."""
+    global _active
+    if _active is None:
+        _active = compiled() or python
     return _active
 
 
 def use(kind: str) -> types.ModuleType:
     """Select ``"jit"`` or ``"python"`` kernels process-wide; returns the previous module."""
     global _active
-    previous = _active
+    previous = active()
     if kind == "python":
         _active = python
     elif kind == "jit":
+        jit = compiled()
         if jit is None:
             raise RuntimeError("numba kernels are unavailable (numba missing or PYLOG_NO_JIT)")
         _active = jit

@@ -105,6 +105,16 @@ def _opened(storage: Storage, segments: list[LogSegment]) -> bool:
     return True
 
 
+def first_base_offset(storage: Storage, directory: str) -> int | None:
+    """The base offset of the first segment a reader of ``directory`` would see (see
+    :func:`reader_segments`: a final ``.log`` or a ``.swap`` a writer's recovery would
+    complete), from the names alone: no file is opened.  None when there is none."""
+    parsed = [p for n in stable_names(storage, directory) if (p := parse(n))]
+    bases = [base for base, kind, suffix in parsed if kind == "log" and not suffix]
+    bases += _pending_swaps(parsed)
+    return min(bases) if bases else None
+
+
 def reader_segments(storage: Storage, directory: str, config: LogConfig) -> list[LogSegment]:
     """The segments of ``directory`` as a reader sees them (see the module docstring); [] when
     the directory holds none."""
@@ -133,4 +143,4 @@ def reader_segments(storage: Storage, directory: str, config: LogConfig) -> list
     ) from failure
 
 
-__all__ = ["parse", "reader_segments", "stable_names"]
+__all__ = ["first_base_offset", "parse", "reader_segments", "stable_names"]

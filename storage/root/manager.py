@@ -37,6 +37,7 @@ from pylog.storage.backends.objectfs import ObjectStorage
 from pylog.storage.backends.objectstore import is_object_url
 from pylog.storage.config import LogConfig, validate_topic_name
 from pylog.storage.errors import ConfigError, DamagedLogError, PylogError, ReadOnlyError, TopicExistsError
+from pylog.storage.partition.listing import first_base_offset
 from pylog.storage.partition.loader import Recovery
 from pylog.storage.partition.log import AppendInfo, Log
 from pylog.storage.root import publish as pub
@@ -201,6 +202,21 @@ class Root(Transactions):
             )
             self._logs[key] = lg
         return lg
+
+    def log_start_offset(self, topic: str, partition: int) -> int:
+        """The log start offset of a partition, as :meth:`log` would open it, without opening
+        it when it is not open yet: the checkpointed start and the first segment's name (no
+        segment file is read, so a planner that only needs the start stays cheap)."""
+        n = self.partitions(topic)
+        if not 0 <= partition < n:
+            raise ConfigError(f"partition {partition!r} is out of range for topic {topic!r} (0..{n - 1})")
+        key = (topic, int(partition))
+        lg = self._logs.get(key)
+        if lg is not None:
+            return lg.log_start_offset
+        start = self._start_offsets.get(key, 0)
+        first = first_base_offset(self.storage, partition_dir(topic, int(partition)))
+        return start if first is None else max(start, first)
 
     def high_watermark(self, topic: str, partition: int) -> int | None:
         """The end of acknowledged data of a partition as this root last read or wrote it

@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import subprocess
+import sys
+import textwrap
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from pyspark.sql.datasource import (
     EqualTo,
@@ -404,3 +409,32 @@ def test_a_partition_deleted_before_the_first_batch_is_planned_is_data_loss(
     assert end == {"t": {"0": 50, "1": 20}}
     with pytest.raises(DataLossError, match=r"u-0 were deleted before the query's first batch was planned"):
         rd.partitions(start, end)
+
+
+def test_planning_a_read_imports_no_compiled_kernels(tmp_path: Path) -> None:
+    """Spark starts a driver-side Python process for each query's planning: importing the
+    connector and resolving a stream's earliest and latest offsets load no numba (about half
+    a second of CPU at each query start); decoding a batch then loads the kernels."""
+    with pylog.open(tmp_path / "r") as root:
+        root.create_topic("t", 2)
+        root.append("t", pa.table({"key": [b"k"], "value": [b"v"]}), partition=1)
+    code = textwrap.dedent(
+        f"""
+        import os
+        import sys
+        from pyspark.sql.datasource import ReadAllAvailable
+        from pylog.connector.datasource import DefaultSource, spark_schema
+        opts = {{"path": {str(tmp_path / "r")!r}, "subscribe": "t", "startingOffsets": "earliest"}}
+        ds = DefaultSource(opts)
+        reader = ds.streamReader(spark_schema(False))
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, ReadAllAvailable())
+        parts = reader.partitions(start, end)
+        assert "numba" not in sys.modules, "planning imported numba"
+        rows = sum(b.num_rows for p in parts for b in reader.read(p))
+        assert rows == 1, rows
+        assert "numba" in sys.modules or os.environ.get("PYLOG_NO_JIT"), "decoding loaded no kernels"
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]

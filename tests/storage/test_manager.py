@@ -166,7 +166,7 @@ def test_kafka_log_dir_without_metadata_opens(backend: Backend, entry: dict | No
     else:
         assert backend.server is not None
         fs = backend.server.filesystem()
-        fs.put_file(str(src), f"{backend.url[len('s3://'):]}/{src.parent.name}/{src.name}")
+        fs.put_file(str(src), f"{backend.url[len('s3://') :]}/{src.parent.name}/{src.name}")
     root = backend.open(read_only=True)
     topic = entry["topic"]
     assert root.topics() == [topic] and root.partitions(topic) == entry["partition"] + 1
@@ -188,3 +188,32 @@ def test_append_with_scalar_timestamp_and_keys(backend: Backend) -> None:
         t = root.read_table("t")
         assert sorted(t.column("value").to_pylist()) == [b"a", b"b", b"c"]
         assert {ts.timestamp() for ts in t.column("timestamp").to_pylist()} == {1.234}
+
+
+def test_log_start_offset_without_opening_a_log_is_the_opened_logs(backend: Backend, tmp_path: Path) -> None:
+    """What a stream's planner asks for a partition read from ``earliest``: the same answer as
+    the opened log's, from the checkpoint and the segment names, whatever retention did."""
+    from pylog.storage.maintenance.runner import maintain
+
+    with backend.open() as root:
+        root.create_topic("t", 3, {"segment.bytes": "300", "retention.bytes": "700"})
+        for i in range(40):
+            root.append("t", pa.table({"key": [b"k%d" % i], "value": [b"v" * 40]}), partition=0)
+        root.append("t", pa.table({"key": [b"a"], "value": [b"b"]}), partition=1)
+        maintain(root, now=1_700_000_000_000)  # retention moves partition 0's log start
+    with backend.open(read_only=True) as r:
+        cheap = [r.log_start_offset("t", p) for p in range(3)]
+        opened = [r.log("t", p).log_start_offset for p in range(3)]
+        assert cheap == opened and cheap[0] > 0 and cheap[1:] == [0, 0]
+        assert [r.log_start_offset("t", p) for p in range(3)] == opened  # from the open logs now
+        with pytest.raises(ConfigError, match="out of range"):
+            r.log_start_offset("t", 3)
+    if backend.is_local:  # a compaction's swap interrupted after its .swap files: the reader's view
+        d = Path(backend.url) / "t-0"
+        first = min(int(n[:20]) for n in (p.name for p in d.iterdir()) if n.endswith(".log"))
+        for kind in ("log", "index", "timeindex"):
+            src = d / f"{first:020d}.{kind}"
+            if src.exists():
+                shutil.copy(src, d / f"{first - 1:020d}.{kind}.swap")  # a swap below the first segment
+        with backend.open(read_only=True) as r:
+            assert r.log_start_offset("t", 0) == r.log("t", 0).log_start_offset
