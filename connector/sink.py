@@ -74,7 +74,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from pylog.connector.workers import freeze_after_task
+from pylog.connector.workers import on_task_start
 from pylog.storage.backends.fs import Storage
 from pylog.storage.backends.objectfs import ObjectStorage
 from pylog.storage.codec import records
@@ -664,9 +664,8 @@ class PylogStreamWriter(DataSourceStreamArrowWriter):
         task, attempt, batch, query = _task_ids()
         if batch is None:
             raise RuntimeError("pylog sink: no streaming batch id in the task context")
-        message = stage_task(iterator, self.opts, batch, task, attempt, query, self.topics)
-        freeze_after_task()
-        return message
+        on_task_start()
+        return stage_task(iterator, self.opts, batch, task, attempt, query, self.topics)
 
     def commit(self, messages: list[Any], batchId: int) -> None:
         publish(self.opts, messages, batchId, overwrite=self.overwrite)
@@ -683,9 +682,8 @@ class PylogBatchWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> PylogCommitMessage:
         task, attempt, _, _ = _task_ids()
-        message = stage_task(iterator, self.opts, 0, task, attempt, topics=self.topics)
-        freeze_after_task()
-        return message
+        on_task_start()
+        return stage_task(iterator, self.opts, 0, task, attempt, topics=self.topics)
 
     def commit(self, messages: list[Any]) -> None:
         publish(self.opts, messages, 0, overwrite=self.overwrite, streaming=False)

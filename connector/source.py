@@ -26,7 +26,7 @@ from pylog.connector.offsets import (
 from pylog.connector.options import SourceOptions
 from pylog.connector.pushdown import Bounds, push_filters
 from pylog.connector.scan import ReadTask, read_task, task_for
-from pylog.connector.workers import freeze_after_task
+from pylog.connector.workers import on_task_start
 from pylog.storage.errors import PylogError
 
 
@@ -42,9 +42,9 @@ class BatchReader(DataSourceReader):
         return [InputPartition(task) for task in plan_batch(self.opts, self.bounds)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        on_task_start()
         if isinstance(partition.value, ReadTask):  # Spark reads one empty partition when there are none
             yield from read_task(partition.value)
-            freeze_after_task()
 
 
 class PushdownBatchReader(BatchReader):

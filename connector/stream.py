@@ -60,7 +60,7 @@ from pylog.connector.offsets import (
 from pylog.connector.options import SourceOptions
 from pylog.connector.progress import expire_consumer_offsets, write_consumer_offsets
 from pylog.connector.scan import ReadTask, read_task, task_for
-from pylog.connector.workers import freeze_after_task
+from pylog.connector.workers import on_task_start
 from pylog.storage.errors import PylogError
 
 log = logging.getLogger("pylog.connector")
@@ -220,8 +220,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         task: ReadTask = partition.value
+        on_task_start()
         yield from read_task(task)
-        freeze_after_task()
 
     def commit(self, end: dict[str, Any]) -> None:
         """Record the offsets this query has processed in the root (for ``pylog describe``)."""

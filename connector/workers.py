@@ -13,23 +13,26 @@ from __future__ import annotations
 import gc
 import threading
 
-_frozen = False
+from pyspark import TaskContext
+
+_tasks = 0
 _lock = threading.Lock()
 
 
-def freeze_after_task() -> None:
-    """Call at the end of each task: the first time in a process, collect once and move every
-    object alive then (the modules, the kernels the task loaded) out of the collector's reach
-    (``gc.freeze``), so that the collections after later tasks walk only what those allocate.
-    What is frozen stays alive until the worker exits anyway."""
-    global _frozen
-    if _frozen:
+def on_task_start() -> None:
+    """Call when a read or write task starts.  At the start of a process's second pylog task
+    (the first one has imported the modules and loaded the kernels, and Spark's collection
+    after it has freed that task's garbage), every object alive is moved out of the
+    collector's reach (``gc.freeze``), so that the collections after later tasks walk only what
+    those allocate.  What is frozen stays alive until the worker exits anyway.  Outside a Spark
+    task (a test calling ``read()`` in its own process) nothing happens."""
+    global _tasks
+    if _tasks >= 2 or TaskContext.get() is None:
         return
     with _lock:
-        if not _frozen:
-            gc.collect()
+        _tasks += 1
+        if _tasks == 2:
             gc.freeze()
-            _frozen = True
 
 
-__all__ = ["freeze_after_task"]
+__all__ = ["on_task_start"]

@@ -149,10 +149,11 @@ def active() -> types.ModuleType:
     return _active
 
 
-def use(kind: str) -> types.ModuleType:
-    """Select ``"jit"`` or ``"python"`` kernels process-wide; returns the previous module."""
+def use(kind: str) -> types.ModuleType | None:
+    """Select ``"jit"`` or ``"python"`` kernels process-wide; returns the previous selection
+    for :func:`restore` (None: the default, not compiled yet if nothing used it)."""
     global _active
-    previous = active()
+    previous = _active
     if kind == "python":
         _active = python
     elif kind == "jit":
@@ -165,6 +166,6 @@ def use(kind: str) -> types.ModuleType:
     return previous
 
 
-def restore(previous: types.ModuleType) -> None:
+def restore(previous: types.ModuleType | None) -> None:
     global _active
     _active = previous

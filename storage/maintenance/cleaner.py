@@ -430,8 +430,11 @@ class Cleaner:
                 or fits_group(
                     base,
                     cleaned.size,
-                    len(cleaned.offset_index),
-                    len(cleaned.time_index),
+                    # once something is kept, the next segment's first kept batch may take an
+                    # index entry its old segment did not have (the bytes since the last entry
+                    # carry over): one more
+                    len(cleaned.offset_index) + int(cleaned.size > 0),
+                    len(cleaned.time_index) + int(cleaned.size > 0),
                     segments[i],
                     last_offset_bound(segments, i, upper),
                     cfg.segment_bytes,

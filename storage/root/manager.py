@@ -208,7 +208,7 @@ class Root(Transactions):
         it when it is not open yet: the checkpointed start and the first segment's name (no
         segment file is read, so a planner that only needs the start stays cheap)."""
         n = self.partitions(topic)
-        if not 0 <= partition < n:
+        if not isinstance(partition, int | np.integer) or not 0 <= partition < n:
             raise ConfigError(f"partition {partition!r} is out of range for topic {topic!r} (0..{n - 1})")
         key = (topic, int(partition))
         lg = self._logs.get(key)
@@ -216,7 +216,11 @@ class Root(Transactions):
             return lg.log_start_offset
         start = self._start_offsets.get(key, 0)
         first = first_base_offset(self.storage, partition_dir(topic, int(partition)))
-        return start if first is None else max(start, first)
+        start = start if first is None else max(start, first)
+        hw = self.high_watermark(topic, int(partition))
+        if hw is not None and start > hw:  # damaged: the opened log records it, and reads report it
+            return self.log(topic, int(partition)).log_start_offset
+        return start
 
     def high_watermark(self, topic: str, partition: int) -> int | None:
         """The end of acknowledged data of a partition as this root last read or wrote it

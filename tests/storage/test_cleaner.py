@@ -558,6 +558,27 @@ def test_a_pass_groups_by_what_it_keeps_within_the_segment_and_index_limits(tmp_
         assert seg.size <= 1024 and 8 * len(seg.offset_index) <= 36 and 12 * len(seg.time_index) <= 36
 
 
+def test_a_group_never_overfills_the_offset_index_of_its_new_segment(tmp_path: Path) -> None:
+    """A log that rolled on full indexes (an entry per batch): the bytes since the last index
+    entry carry over from one old segment to the next in a group, so a joined segment's first
+    kept batch can take an entry its old segment did not have; the group must leave room."""
+    for interval in (0, 100):
+        d = tmp_path / f"i{interval}"
+        lg = open_log(d, segment_bytes=1 << 20, index_interval_bytes=interval, segment_index_bytes=8 * 50)
+        for i in range(204):
+            put(lg, b"k", b"v%d" % i)
+        for i in range(200):
+            put(lg, b"u%03d" % i, b"v")
+        lg.roll()
+        assert len(lg.segments) > 3  # rolled on full indexes
+        before = rows(lg)
+        res = cleaner().clean(lg, now=T0)
+        assert rows(lg) == latest_per_key(before, lg.active.base_offset)
+        assert res.groups < res.segments_replaced  # the emptied segments still merged
+        for seg in lg.segments:
+            assert len(seg.offset_index) <= 50 and len(seg.time_index) <= 400 // 12
+
+
 def test_offset_map_module_hashes_lists() -> None:
     h1, h2 = offset_map.hash_keys([b"a", b"bb", b""])
     assert h1.shape == (3,) and len({(a, b) for a, b in zip(h1, h2, strict=True)}) == 3

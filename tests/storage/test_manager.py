@@ -208,6 +208,14 @@ def test_log_start_offset_without_opening_a_log_is_the_opened_logs(backend: Back
         assert [r.log_start_offset("t", p) for p in range(3)] == opened  # from the open logs now
         with pytest.raises(ConfigError, match="out of range"):
             r.log_start_offset("t", 3)
+    if backend.is_local:  # a checkpointed start beyond the high watermark: damage, as the log says
+        ckpt_path = Path(backend.url) / "log-start-offset-checkpoint"
+        saved = ckpt_path.read_bytes()
+        ckpt_path.write_text("0\n1\nt 1 500\n")
+        with backend.open(read_only=True) as r:
+            assert r.log_start_offset("t", 1) == r.log("t", 1).log_start_offset <= 1
+            assert r.log("t", 1).damage  # and reading it reports the damage
+        ckpt_path.write_bytes(saved)
     if backend.is_local:  # a compaction's swap interrupted after its .swap files: the reader's view
         d = Path(backend.url) / "t-0"
         first = min(int(n[:20]) for n in (p.name for p in d.iterdir()) if n.endswith(".log"))
