@@ -42,19 +42,15 @@ the :class:`Cleaner`'s (injectable, so a test can check the pacing without sleep
 
 from __future__ import annotations
 
-import queue
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 import numpy as np
 
 from pylog.storage.codec import batch as B
 from pylog.storage.codec import rewrite
 from pylog.storage.config import INT32_MAX, INT64_MAX, CleanerConfig
-from pylog.storage.errors import CorruptRecordError
 from pylog.storage.maintenance.cleanable import (
     LogToClean,
     first_dirty_offset,
@@ -66,60 +62,15 @@ from pylog.storage.maintenance.cleanable import (
     max_compaction_delay,
 )
 from pylog.storage.maintenance.offset_map import OffsetMap, hash_spans
+from pylog.storage.maintenance.segment_reads import prefetched, walked
+from pylog.storage.maintenance.throttle import Clock, Sleep, Throttler
 from pylog.storage.partition import transactions
 from pylog.storage.partition.index import TxnIndex
 from pylog.storage.partition.log import Log
-from pylog.storage.partition.segment import Located, LogSegment
+from pylog.storage.partition.segment import LogSegment
 
 Progress = Callable[[int], None]
 """Called with the number of bytes just processed."""
-Clock = Callable[[], float]
-"""Seconds on a monotonic scale (``time.monotonic``)."""
-Sleep = Callable[[float], None]
-"""Waits the given number of seconds (``time.sleep``)."""
-
-
-class Throttler:
-    """Kafka's ``Throttler`` for ``log.cleaner.io.max.bytes.per.second``: call it with every
-    number of bytes read or written; it sleeps when they came faster than ``rate`` per second.
-
-    Every ``check_interval_s`` (Kafka: 100 ms) of time, or as soon as the bytes seen since the
-    last check would take that long at the rate, the rate since the last check is compared with
-    the limit and, when above it, the throttler sleeps until it is down to the limit; then a new
-    period starts.  So no period runs faster than the limit, unused time is not banked for a later
-    burst, and a burst between two checks is at most one call's bytes plus ``rate *
-    check_interval_s`` (the check on bytes is pylog's: Kafka checks on time only, so fast I/O
-    runs unchecked for a whole interval).  ``slept_s`` is the total time slept.
-    """
-
-    def __init__(
-        self,
-        rate: float,
-        *,
-        clock: Clock = time.monotonic,
-        sleep: Sleep = time.sleep,
-        check_interval_s: float = 0.1,
-    ):
-        if not rate > 0:
-            raise ValueError(f"rate must be > 0, got {rate!r}")
-        self.rate = float(rate)
-        self.check_interval_s = check_interval_s
-        self.slept_s = 0.0
-        self._clock, self._sleep = clock, sleep
-        self._period_start = clock()
-        self._observed = 0.0
-
-    def __call__(self, n: int) -> None:
-        self._observed += n
-        elapsed = self._clock() - self._period_start
-        due = self._observed / self.rate  # how long these bytes take at the limit
-        if elapsed < self.check_interval_s and due < self.check_interval_s:
-            return
-        if due > elapsed:
-            self._sleep(due - elapsed)
-            self.slept_s += due - elapsed
-        self._period_start = self._clock()
-        self._observed = 0.0
 
 
 # ============================================================================ transactions
@@ -360,7 +311,7 @@ class Cleaner:
             if nxt <= start or seg.base_offset >= upper:
                 continue
             pos = seg.offset_index.lookup(start)[1] if start > seg.base_offset else 0
-            for loc, sp in _prefetched(_walked(seg, pos, None)):
+            for loc, sp in prefetched(walked(seg, pos, None)):
                 self._verified[seg.log_path] = (pos, loc.start + int(loc.data.shape[0]))
                 h = sp.headers
                 discard = tracker.on_batches(h, _control_types_of(sp))
@@ -472,7 +423,7 @@ class Cleaner:
         throttle: Throttler | None,
     ) -> None:
         trusted = self._verified.get(seg.log_path)  # CRCs checked while mapping
-        for _, sp in _prefetched(_walked(seg, 0, trusted)):
+        for _, sp in prefetched(walked(seg, 0, trusted)):
             can_discard = tracker.on_batches(sp.headers, _control_types_of(sp))
             keep, action, horizon = rule.decide(sp, can_discard, seg)
             out, oh = rewrite.rebuild(sp, keep, action, horizon)
@@ -587,86 +538,6 @@ def _members(sorted_values: np.ndarray, x: np.ndarray) -> np.ndarray:
         return np.zeros(x.shape[0], bool)
     i = np.minimum(np.searchsorted(sub, x), sub.shape[0] - 1)
     return sub[i] == x
-
-
-def _relative(loc: Located) -> B.BatchHeaders:
-    h = loc.headers.take(slice(None))
-    h.position = h.position - loc.start
-    return h
-
-
-def _walked(
-    seg: LogSegment, position: int, trusted: tuple[int, int] | None
-) -> Iterator[tuple[Located, rewrite.Spans]]:
-    """The segment's chunks from ``position`` with their records located."""
-    for loc in _read_all(seg, position):
-        yield (
-            loc,
-            rewrite.walk(
-                loc.data, _relative(loc), path=seg.log_path, base_position=loc.start, trusted=trusted
-            ),
-        )
-
-
-T = TypeVar("T")
-
-
-def _prefetched(items: Iterator[T], depth: int = 2) -> Iterator[T]:
-    """``items``, produced by a background thread at most ``depth`` ahead: reading the next
-    chunk and walking its records (``pread`` and the compiled kernels release the GIL) overlaps
-    with the work on the current one.  Errors are raised in the consumer; closing the iterator
-    stops the thread."""
-    q: queue.Queue[tuple[str, object]] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def put(item: tuple[str, object]) -> bool:
-        while not stop.is_set():
-            try:
-                q.put(item, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        try:
-            for it in items:
-                if not put(("item", it)):
-                    return
-            put(("done", None))
-        except BaseException as e:  # handed to the consumer
-            put(("error", e))
-
-    worker = threading.Thread(target=produce, name="pylog-cleaner-read", daemon=True)
-    worker.start()
-    try:
-        while True:
-            kind, value = q.get()
-            if kind == "done":
-                return
-            if kind == "error":
-                assert isinstance(value, BaseException)
-                raise value
-            yield value  # type: ignore[misc]
-    finally:
-        stop.set()
-        worker.join()
-
-
-def _read_all(seg: LogSegment, position: int) -> Iterator[Located]:
-    """The segment's batches from ``position``; a tail that is not a complete batch raises
-    (a segment being cleaned is never the active one, so it must end on a batch boundary)."""
-    end = position
-    for loc in seg.iter_batches(position):
-        end = loc.start + int(loc.data.shape[0])
-        yield loc
-    if end != seg.size:
-        raise CorruptRecordError(
-            f"{seg.size - end} bytes at the end of the segment do not form a complete batch "
-            "(a declared size runs past the end of the file)",
-            position=end,
-            path=seg.log_path,
-        )
 
 
 __all__ = [
