@@ -25,6 +25,7 @@ write that stores fewer bytes than asked is one (``ENOSPC``).
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,7 +35,13 @@ import numpy as np
 from pylog.storage.backends.fs import AppendFile, Storage, join
 from pylog.storage.codec import batch as B
 from pylog.storage.config import LogConfig
-from pylog.storage.errors import CorruptIndexError, CorruptRecordError, InvalidOffsetError, PylogError
+from pylog.storage.errors import (
+    CorruptIndexError,
+    CorruptRecordError,
+    InvalidOffsetError,
+    PylogError,
+    StorageIOError,
+)
 from pylog.storage.partition.index import (
     OffsetIndex,
     TimeIndex,
@@ -633,6 +640,14 @@ class LogSegment:
         with naming_os_errors(self.log_path):
             if self.storage.exists(self.log_path):
                 self.storage.rename(self.log_path, f"{stem}.log{new_suffix}")
+            elif self._size:  # an empty segment may never have been written; this one was
+                raise StorageIOError(
+                    errno.ENOENT,
+                    f"the segment file is gone (it held {self._size} bytes): something outside "
+                    "this writer removed it",
+                    self.log_path,
+                    f"rename it to {segment_name(self.base_offset)}.log{new_suffix}",
+                )
         self.log_path = f"{stem}.log{new_suffix}"
         for idx, ext in (
             (self.offset_index, "index"),

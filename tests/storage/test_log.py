@@ -357,3 +357,29 @@ def test_reopened_log_keeps_indexing_every_interval(tmp_path) -> None:  # type: 
     want = ref.segments[0].offset_index.entries()
     assert len(got[0]) > 5
     assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
+
+
+def test_a_segment_whose_file_was_removed_from_outside_is_not_renamed_as_if_empty(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Renaming a segment (retention's ``.deleted``, a replacement's ``.swap``) whose ``.log``
+    held records but is gone fails naming the file, instead of renaming its indexes alone and
+    carrying on as if the segment had been empty."""
+    import errno
+    import os
+
+    from pylog.storage.errors import StorageIOError
+
+    lg = open_log(tmp_path)
+    lg.append(values(10), timestamp=1000)
+    lg.roll()
+    seg = lg.segments[0]
+    os.remove(tmp_path / seg.log_path)
+    with pytest.raises(StorageIOError, match="gone") as e:
+        lg.delete_segments([seg])
+    assert e.value.errno == errno.ENOENT and e.value.filename == seg.log_path
+    assert (tmp_path / DIR / "00000000000000000000.index").exists()  # nothing else renamed
+    from pylog.storage.partition.segment import LogSegment
+
+    empty = LogSegment(LocalStorage(tmp_path), DIR, 999, LogConfig())  # never written: no file
+    assert empty.size == 0
+    empty.change_suffix(".deleted")  # renamed without fuss
+    assert empty.log_path.endswith("00000000000000000999.log.deleted")
