@@ -179,18 +179,20 @@ class Root(Transactions):
         self._logs.clear()
         self._writer = lock
 
-    def log(self, topic: str, partition: int) -> Log:
-        """The log of one partition (recovered first when this root is the writer)."""
+    def _partition_key(self, topic: str, partition: int) -> tuple[str, int]:
         n = self.partitions(topic)
         if not isinstance(partition, int | np.integer) or not 0 <= partition < n:
             raise ConfigError(f"partition {partition!r} is out of range for topic {topic!r} (0..{n - 1})")
-        key = (topic, int(partition))
+        return topic, int(partition)
+
+    def log(self, topic: str, partition: int) -> Log:
+        """The log of one partition (recovered first when this root is the writer)."""
+        key = self._partition_key(topic, partition)
         lg = self._logs.get(key)
         if lg is None:
             lg, _ = writer.open_log(
                 self.storage,
-                topic,
-                int(partition),
+                *key,
                 self.config(topic),
                 writer=self._writer is not None,
                 had_clean_shutdown=self._had_clean_shutdown,
@@ -207,19 +209,16 @@ class Root(Transactions):
         """The log start offset of a partition, as :meth:`log` would open it, without opening
         it when it is not open yet: the checkpointed start and the first segment's name (no
         segment file is read, so a planner that only needs the start stays cheap)."""
-        n = self.partitions(topic)
-        if not isinstance(partition, int | np.integer) or not 0 <= partition < n:
-            raise ConfigError(f"partition {partition!r} is out of range for topic {topic!r} (0..{n - 1})")
-        key = (topic, int(partition))
+        key = self._partition_key(topic, partition)
         lg = self._logs.get(key)
         if lg is not None:
             return lg.log_start_offset
         start = self._start_offsets.get(key, 0)
-        first = first_base_offset(self.storage, partition_dir(topic, int(partition)))
+        first = first_base_offset(self.storage, partition_dir(*key))
         start = start if first is None else max(start, first)
-        hw = self.high_watermark(topic, int(partition))
+        hw = self.high_watermark(*key)
         if hw is not None and start > hw:  # damaged: the opened log records it, and reads report it
-            return self.log(topic, int(partition)).log_start_offset
+            return self.log(*key).log_start_offset
         return start
 
     def high_watermark(self, topic: str, partition: int) -> int | None:
