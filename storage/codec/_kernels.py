@@ -111,7 +111,9 @@ def _compile() -> types.ModuleType | None:
 
     setattr(mod, "wrap64", numba.njit(cache=True)(_identity))  # noqa: B010
     setattr(mod, "copy_bytes", _memcpy_intrinsic())  # noqa: B010
-    for fn in HELPERS[2:] + KERNELS:
+    for fn in HELPERS[2:]:  # inlined into the kernels at numba's level: no call per varint
+        setattr(mod, fn, numba.njit(cache=True, nogil=True, inline="always")(getattr(mod, fn)))
+    for fn in KERNELS:
         setattr(mod, fn, numba.njit(cache=True, nogil=True)(getattr(mod, fn)))
     return mod
 

@@ -103,6 +103,14 @@ def wrap64(x):  # type: ignore[no-untyped-def]
 
 def read_varint(data, p, end, max_bytes):  # type: ignore[no-untyped-def]
     """Zigzag varint at ``data[p:end]``: (value, next position); next < 0 on error."""
+    if p + 1 < end:  # fast paths: one or two bytes (most lengths, deltas and counts)
+        b = int(data[p])
+        if b < 0x80:
+            return (b >> 1) ^ -(b & 1), p + 1
+        b1 = int(data[p + 1])
+        if b1 < 0x80:
+            b = (b & 0x7F) | (b1 << 7)
+            return (b >> 1) ^ -(b & 1), p + 2
     u = 0
     shift = 0
     n = 0
@@ -230,24 +238,38 @@ def walk_records(  # type: ignore[no-untyped-def]
     key_pos,
     key_len,
     val_len,
-    val_pos,
     hdr_pos,
     hdr_cnt,
     tail_pos,
     end_pos,
+    key_offs,
+    key_data,
+    val_offs,
+    val_data,
     status,
 ):
     """Walk every record of every batch (``count[b]`` records in ``data[rec_start[b]:rec_end[b]]``),
     checking each length against the end of its record; returns the total number of headers,
     or -1 with the error in ``status``.
 
-    Every record's offset, timestamp, key span and value length are recorded.  The other
+    Every record's offset, timestamp and key and value lengths are recorded.  The other
     columns are recorded only when given (None: skipped; the compiled copy is specialized on
-    which are None, so a skipped column costs nothing): ``val_pos``, and ``hdr_pos``/``hdr_cnt``
-    (where the headers start, how many) for decoding; ``tail_pos`` (the keyLength varint) and
-    ``end_pos`` (the record's end) for the cleaner.  The bytes from tail to end (key, value,
-    headers) do not depend on the batch's base timestamp, so a rebuilt batch copies them."""
+    which are None, so a skipped column costs nothing).  The cleaner takes ``key_pos`` (where
+    the key starts), ``tail_pos`` (the keyLength varint) and ``end_pos`` (the record's end): the
+    bytes from tail to end (key, value, headers) do not depend on the batch's base timestamp,
+    so a rebuilt batch copies them.  Decoding takes ``hdr_cnt`` and ``hdr_pos`` (how many
+    headers, and where they start: written for records that have some), and
+    ``key_offs``/``key_data`` and ``val_offs``/``val_data``: each key and value is copied there
+    as it is walked, while the record is in cache (Arrow binary layout: the caller sets
+    ``*_offs[0]``, record n's end goes to ``*_offs[n + 1]``).  Every key (value) lies inside its
+    records section, so the sections' total size bounds ``*_data``."""
     n = 0
+    ko = 0
+    vo = 0
+    if key_offs is not None:
+        ko = key_offs[0]
+    if val_offs is not None:
+        vo = val_offs[0]
     total_headers = 0
     for b in range(rec_start.shape[0]):
         p = rec_start[b]
@@ -274,26 +296,35 @@ def walk_records(  # type: ignore[no-untyped-def]
                 return _fail(status, -p, b, rec_pos, i)
             if klen < -1 or klen > rend - p:
                 return _fail(status, E_KEY_LENGTH, b, rec_pos, i)
-            key_pos[n] = p
+            if key_pos is not None:
+                key_pos[n] = p
             key_len[n] = klen
             if klen > 0:
+                if key_data is not None:
+                    copy_bytes(key_data, ko, data, p, klen)
+                    ko += klen
                 p += klen
+            if key_offs is not None:
+                key_offs[n + 1] = ko
             vlen, p = read_varint(data, p, rend, 5)
             if p < 0:
                 return _fail(status, -p, b, rec_pos, i)
             if vlen < -1 or vlen > rend - p:
                 return _fail(status, E_VALUE_LENGTH, b, rec_pos, i)
-            if val_pos is not None:
-                val_pos[n] = p
             val_len[n] = vlen
             if vlen > 0:
+                if val_data is not None:
+                    copy_bytes(val_data, vo, data, p, vlen)
+                    vo += vlen
                 p += vlen
+            if val_offs is not None:
+                val_offs[n + 1] = vo
             hcount, p = read_varint(data, p, rend, 5)
             if p < 0:
                 return _fail(status, -p, b, rec_pos, i)
             if hcount < 0 or hcount > (rend - p) // 2:
                 return _fail(status, E_HEADER_COUNT, b, rec_pos, i)
-            if hdr_pos is not None:
+            if hdr_pos is not None and hcount > 0:  # read only where there are headers
                 hdr_pos[n] = p
             if hdr_cnt is not None:
                 hdr_cnt[n] = hcount

@@ -13,6 +13,7 @@ Byte layouts: batch header in :mod:`batch`, record layout in :mod:`_kernels_src`
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -169,16 +170,22 @@ def _decode_v2(
         decompressed=codec != 0,
         error=lambda j, msg: batch_error(h, int(idx[j]), msg, path, base),
     )
-    assert walked.val_pos is not None and walked.hdr_pos is not None and walked.hdr_cnt is not None
+    assert walked.keys is not None and walked.values is not None
+    assert walked.hdr_pos is not None and walked.hdr_cnt is not None
     kern = _kernels.active()
-    keys = _binary_column(kern, buffer, walked.key_pos, walked.key_len)
-    values = _binary_column(kern, buffer, walked.val_pos, walked.val_len)
     headers = _headers_column(
         kern, buffer, walked.hdr_pos, walked.hdr_cnt, walked.total_headers, path, base, h, idx
     )
     ts_type = np.repeat(((h.attributes[idx] >> 3) & 1).astype(np.int32), count)
     table = pa.Table.from_arrays(
-        [pa.array(walked.offset), pa.array(walked.timestamp), pa.array(ts_type), keys, values, headers],
+        [
+            pa.array(walked.offset),
+            pa.array(walked.timestamp),
+            pa.array(ts_type),
+            walked.keys,
+            walked.values,
+            headers,
+        ],
         schema=RECORD_SCHEMA,
     )
     return table, np.repeat(idx, count)
@@ -190,12 +197,13 @@ class Walked:
 
     offset: np.ndarray
     timestamp: np.ndarray
-    key_pos: np.ndarray
+    key_pos: np.ndarray | None  # spans only
     key_len: np.ndarray
     val_len: np.ndarray
-    val_pos: np.ndarray | None  # decoding: value position, headers start and count
-    hdr_pos: np.ndarray | None
+    hdr_pos: np.ndarray | None  # decoding: headers start and count, keys and values copied out
     hdr_cnt: np.ndarray | None
+    keys: pa.Array | None
+    values: pa.Array | None
     tail: np.ndarray | None  # spans: keyLength varint position and record end
     end: np.ndarray | None
     total_headers: int
@@ -230,21 +238,30 @@ def walk_records(
     n = int(count.sum())
     # decoded columns come from Arrow's pool, like the Arrow arrays built beside them
     empty = (lambda: np.empty(n, np.int64)) if spans else (lambda: _empty(n))
-    w = Walked(empty(), empty(), empty(), empty(), empty(), None, None, None, None, None, 0)
+    w = Walked(empty(), empty(), None, empty(), empty(), None, None, None, None, None, None, 0)
+    copies: list[Any] = [None, None, None, None]  # key offsets and bytes, value offsets and bytes
     if spans:
-        w.tail, w.end = empty(), empty()
+        w.key_pos, w.tail, w.end = empty(), empty(), empty()
     else:
-        w.val_pos, w.hdr_pos, w.hdr_cnt = empty(), empty(), empty()
+        w.hdr_pos, w.hdr_cnt = empty(), empty()
+        # every key (value) lies inside its records section: their total bounds the bytes
+        capacity = int((rec_end - rec_start).sum())
+        copies = [*_binary_out(n, capacity, scratch=True), *_binary_out(n, capacity)]
     status = np.zeros(4, np.int64)
     sections = (buffer, rec_start, rec_end, count, base_offset, base_timestamp, log_append, max_timestamp)
-    columns = (w.offset, w.timestamp, w.key_pos, w.key_len, w.val_len, w.val_pos, w.hdr_pos, w.hdr_cnt)
-    got = _kernels.active().walk_records(*sections, *columns, w.tail, w.end, status)
+    columns = (w.offset, w.timestamp, w.key_pos, w.key_len, w.val_len, w.hdr_pos, w.hdr_cnt)
+    got = _kernels.active().walk_records(
+        *sections, *columns, w.tail, w.end, *(c[1] if c is not None else None for c in copies), status
+    )
     if got < 0:
         j, rec = int(status[1]), int(status[3])
         where = int(status[2]) - int(rec_start[j])
         what = "decompressed records" if decompressed[j] else "records"
         msg = _MESSAGES.get(int(status[0]), "corrupt")
         raise error(j, f"record {rec} (byte {where} of the {what}): {msg}")
+    if not spans:
+        w.keys = _binary_array(copies[0], copies[1], w.key_len)
+        w.values = _binary_array(copies[2], copies[3], w.val_len)
     w.total_headers = int(got)
     return w
 
@@ -288,6 +305,11 @@ def _alloc(nbytes: int) -> tuple[pa.Buffer, np.ndarray]:
     return buf, np.frombuffer(buf, dtype=np.uint8)[:nbytes]
 
 
+_scratch = threading.local()
+_SCRATCH_MAX = 64 << 20
+"""Largest scratch buffer a thread keeps (:func:`_binary_out`); bigger sets use Arrow buffers."""
+
+
 def _empty(n: int, dtype: Any = np.int64) -> np.ndarray:
     """``np.empty`` from Arrow's memory pool (see :func:`_alloc`)."""
     itemsize = np.dtype(dtype).itemsize
@@ -302,6 +324,54 @@ def _offsets_for(length: np.ndarray) -> tuple[np.ndarray, pa.DataType]:
     offsets[0] = 0
     np.cumsum(sizes, out=offsets[1:], dtype=dtype)
     return offsets, btype
+
+
+def _binary_out(
+    n: int, capacity: int, *, scratch: bool = False
+) -> tuple[tuple[pa.Buffer, np.ndarray], tuple[pa.Buffer | None, np.ndarray]]:
+    """Offsets (``[0]`` = 0) and a data buffer of ``capacity`` bytes for ``n`` binary values
+    that the kernel fills; 64-bit offsets when the capacity exceeds 32-bit ones.
+
+    ``scratch``: the data goes to this thread's reused scratch buffer (None for the Arrow
+    buffer) and :func:`_binary_array` copies what was used out of it.  For keys, usually a
+    small part of the records: a fresh buffer of the records' size for them would make the
+    memory pool map (and the kernel zero) pages for bytes never used."""
+    dtype = np.int64 if capacity > K.INT32_MAX else np.int32
+    buf, raw = _alloc((n + 1) * np.dtype(dtype).itemsize)
+    offsets = raw.view(dtype)
+    offsets[0] = 0
+    if scratch and capacity <= _SCRATCH_MAX:
+        held = getattr(_scratch, "data", None)
+        if held is None or held.shape[0] < capacity:
+            held = _scratch.data = np.empty(max(capacity, 1 << 20), np.uint8)
+        return (buf, offsets), (None, held[:capacity])
+    return (buf, offsets), _alloc(capacity)
+
+
+def _binary_array(
+    offsets: tuple[pa.Buffer, np.ndarray], data: tuple[pa.Buffer | None, np.ndarray], length: np.ndarray
+) -> pa.Array:
+    """The Arrow binary array the kernel filled (:func:`_binary_out`); nulls where ``length`` is -1.
+
+    What was used of a scratch buffer, or of a mostly unused one, is copied to a buffer of its
+    size, so a decoded set holds at most about twice its bytes."""
+    offs = offsets[1]
+    used = int(offs[-1])
+    buf = data[0]
+    if buf is None or (buf.size > (1 << 20) and used < buf.size // 2):
+        buf, view = _alloc(used)
+        view[:] = data[1][:used]
+    btype = pa.binary()
+    if offs.dtype == np.int64:
+        if used > K.INT32_MAX:
+            btype = pa.large_binary()
+        else:
+            offs = offs.astype(np.int32)
+    offs_buf = offsets[0] if offs is offsets[1] else pa.py_buffer(offs)
+    nulls = length < 0
+    null_count = int(nulls.sum())
+    validity = pa.py_buffer(np.packbits(~nulls, bitorder="little")) if null_count else None
+    return pa.Array.from_buffers(btype, length.shape[0], [validity, offs_buf, buf], null_count)
 
 
 def _binary_column(

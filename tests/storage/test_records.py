@@ -268,6 +268,46 @@ def test_arrow_inputs_sliced_and_chunked(kernels: str) -> None:
     assert t["headers"] == [[{"key": "k", "value": b"v"}], [], [], [{"key": "é", "value": None}]]
 
 
+@pytest.mark.parametrize("shape", ["big keys, null values", "small keys, big values"])
+def test_decoded_columns_hold_about_their_own_bytes(kernels: str, shape: str) -> None:
+    """Keys and values are copied out while the records are walked, into buffers bounded by
+    the records' size: a column that uses little of its bound must not keep the rest."""
+    n = 3000
+    big = [bytes([i % 251]) * 700 for i in range(n)]
+    small = [i.to_bytes(4, "big") for i in range(n)]
+    ks, vs = (big, [None] * n) if shape == "big keys, null values" else (small, big)
+    rs = records.decode(records.encode(vs, ks).buffer)
+    t = rs.records
+    assert t.column("key").to_pylist() == ks
+    assert t.column("value").to_pylist() == vs
+    for name, want in (("key", ks), ("value", vs)):
+        used = sum(len(x) for x in want if x is not None)
+        data = t.column(name).chunk(0).buffers()[2]
+        assert data.size <= 2 * used + (1 << 20), f"{name}: {data.size} bytes held for {used}"
+
+
+def test_threads_decoding_at_once_get_their_own_records(kernels: str) -> None:
+    """Keys pass through a per-thread scratch buffer: concurrent decodes must not mix them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    bufs = [
+        records.encode(
+            [b"v%d" % j for j in range(2000)], [bytes([t]) * (1 + j % 40) for j in range(2000)]
+        ).buffer
+        for t in range(4)
+    ]
+
+    def keys(t: int) -> bool:
+        return all(
+            records.decode(bufs[t]).records.column("key").to_pylist()
+            == [bytes([t]) * (1 + j % 40) for j in range(2000)]
+            for _ in range(20)
+        )
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(keys, range(4)))
+
+
 def test_log_append_time_uses_max_timestamp() -> None:
     enc = records.encode([b"a", b"b"], timestamp=np.array([5, 9]), timestamp_type=1)
     rs = records.decode(enc.buffer)
