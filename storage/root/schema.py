@@ -26,6 +26,25 @@ TABLE_SCHEMA = pa.schema(
 """Columns of :meth:`Root.read_table`: those of Spark's Kafka source, in its order."""
 
 
+_CONSTANT_ROWS = 1 << 16
+_constants: dict[tuple[object, pa.DataType], pa.Array] = {}
+
+
+def constant_column(value: object, type_: pa.DataType, n: int) -> pa.Array:
+    """``n`` copies of ``value``: a slice of one array built once per value (for up to 65,536
+    rows, about an 8 MiB record set of small records; each record set would otherwise build
+    the same topic and partition columns again)."""
+    if n > _CONSTANT_ROWS:
+        return pa.repeat(pa.scalar(value, type_), n)
+    key = (value, type_)
+    built = _constants.get(key)
+    if built is None:
+        if len(_constants) >= 32:  # many topics or partitions read in one process: start again
+            _constants.clear()
+        built = _constants[key] = pa.repeat(pa.scalar(value, type_), _CONSTANT_ROWS)
+    return built.slice(0, n)
+
+
 def kafka_columns(t: pa.Table, topic: str, partition: int) -> pa.Table:
     """Decoded records of one partition (``records.RECORD_SCHEMA``) as Spark's Kafka source
     columns (:data:`TABLE_SCHEMA`), without a Python object per row (the Spark source uses it too)."""
@@ -34,8 +53,8 @@ def kafka_columns(t: pa.Table, topic: str, partition: int) -> pa.Table:
         [
             t.column("key"),
             t.column("value"),
-            pa.repeat(pa.scalar(topic, pa.string()), n),
-            pa.repeat(pa.scalar(partition, pa.int32()), n),
+            constant_column(topic, pa.string(), n),
+            constant_column(partition, pa.int32(), n),
             t.column("offset"),
             t.column("timestamp").cast(TIMESTAMP_TYPE),
             t.column("timestampType"),
