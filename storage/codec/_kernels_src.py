@@ -238,10 +238,9 @@ def walk_records(  # type: ignore[no-untyped-def]
     key_pos,
     key_len,
     val_len,
-    hdr_pos,
-    hdr_cnt,
     tail_pos,
     end_pos,
+    rare,
     key_offs,
     key_data,
     val_offs,
@@ -252,17 +251,21 @@ def walk_records(  # type: ignore[no-untyped-def]
     checking each length against the end of its record; returns the total number of headers,
     or -1 with the error in ``status``.
 
-    Every record's offset, timestamp and key and value lengths are recorded.  The other
-    columns are recorded only when given (None: skipped; the compiled copy is specialized on
-    which are None, so a skipped column costs nothing).  The cleaner takes ``key_pos`` (where
-    the key starts), ``tail_pos`` (the keyLength varint) and ``end_pos`` (the record's end): the
-    bytes from tail to end (key, value, headers) do not depend on the batch's base timestamp,
-    so a rebuilt batch copies them.  Decoding takes ``hdr_cnt`` and ``hdr_pos`` (how many
-    headers, and where they start: written for records that have some), and
-    ``key_offs``/``key_data`` and ``val_offs``/``val_data``: each key and value is copied there
-    as it is walked, while the record is in cache (Arrow binary layout: the caller sets
-    ``*_offs[0]``, record n's end goes to ``*_offs[n + 1]``).  Every key (value) lies inside its
-    records section, so the sections' total size bounds ``*_data``."""
+    Every record's offset and timestamp are recorded.  The other columns are recorded only
+    when given (None: skipped; the compiled copy is specialized on which are None, so a
+    skipped column costs nothing).  The cleaner takes ``key_len``/``val_len``, ``key_pos``
+    (where the key starts), ``tail_pos`` (the keyLength varint) and ``end_pos`` (the record's
+    end): the bytes from tail to end (key, value, headers) do not depend on the batch's base
+    timestamp, so a rebuilt batch copies them.
+
+    Decoding takes ``key_offs``/``key_data`` and ``val_offs``/``val_data``: each key and value
+    is copied there as it is walked, while the record is in cache (Arrow binary layout: the
+    caller sets ``*_offs[0]``, record n's end goes to ``*_offs[n + 1]``; every key (value) lies
+    inside its records section, so the sections' total size bounds ``*_data``).  What most
+    records lack goes to ``rare`` (5 rows of ``n``), as lists whose lengths are
+    ``status[4:7]``: the records with a null key (row 0) and with a null value (row 1), and
+    those with headers (row 2) with where their headers start and how many (rows 3, 4).
+    Nothing is written per record that has no null and no header."""
     n = 0
     ko = 0
     vo = 0
@@ -298,7 +301,11 @@ def walk_records(  # type: ignore[no-untyped-def]
                 return _fail(status, E_KEY_LENGTH, b, rec_pos, i)
             if key_pos is not None:
                 key_pos[n] = p
-            key_len[n] = klen
+            if key_len is not None:
+                key_len[n] = klen
+            if rare is not None and klen < 0:
+                rare[0, status[4]] = n
+                status[4] += 1
             if klen > 0:
                 if key_data is not None:
                     copy_bytes(key_data, ko, data, p, klen)
@@ -311,7 +318,11 @@ def walk_records(  # type: ignore[no-untyped-def]
                 return _fail(status, -p, b, rec_pos, i)
             if vlen < -1 or vlen > rend - p:
                 return _fail(status, E_VALUE_LENGTH, b, rec_pos, i)
-            val_len[n] = vlen
+            if val_len is not None:
+                val_len[n] = vlen
+            if rare is not None and vlen < 0:
+                rare[1, status[5]] = n
+                status[5] += 1
             if vlen > 0:
                 if val_data is not None:
                     copy_bytes(val_data, vo, data, p, vlen)
@@ -324,10 +335,12 @@ def walk_records(  # type: ignore[no-untyped-def]
                 return _fail(status, -p, b, rec_pos, i)
             if hcount < 0 or hcount > (rend - p) // 2:
                 return _fail(status, E_HEADER_COUNT, b, rec_pos, i)
-            if hdr_pos is not None and hcount > 0:  # read only where there are headers
-                hdr_pos[n] = p
-            if hdr_cnt is not None:
-                hdr_cnt[n] = hcount
+            if rare is not None and hcount > 0:
+                j = status[6]
+                rare[2, j] = n
+                rare[3, j] = p
+                rare[4, j] = hcount
+                status[6] = j + 1
             for _h in range(hcount):
                 hk, p = read_varint(data, p, rend, 5)
                 if p < 0:

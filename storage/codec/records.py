@@ -171,10 +171,10 @@ def _decode_v2(
         error=lambda j, msg: batch_error(h, int(idx[j]), msg, path, base),
     )
     assert walked.keys is not None and walked.values is not None
-    assert walked.hdr_pos is not None and walked.hdr_cnt is not None
+    assert walked.hdr_rec is not None and walked.hdr_pos is not None and walked.hdr_cnt is not None
     kern = _kernels.active()
     headers = _headers_column(
-        kern, buffer, walked.hdr_pos, walked.hdr_cnt, walked.total_headers, path, base, h, idx
+        kern, buffer, walked.hdr_rec, walked.hdr_pos, walked.hdr_cnt, walked.total_headers, path, base, h, idx
     )
     ts_type = np.repeat(((h.attributes[idx] >> 3) & 1).astype(np.int32), count)
     table = pa.Table.from_arrays(
@@ -197,15 +197,16 @@ class Walked:
 
     offset: np.ndarray
     timestamp: np.ndarray
-    key_pos: np.ndarray | None  # spans only
-    key_len: np.ndarray
-    val_len: np.ndarray
-    hdr_pos: np.ndarray | None  # decoding: headers start and count, keys and values copied out
-    hdr_cnt: np.ndarray | None
-    keys: pa.Array | None
-    values: pa.Array | None
+    key_pos: np.ndarray | None  # spans: where each key starts, key and value lengths
+    key_len: np.ndarray | None
+    val_len: np.ndarray | None
     tail: np.ndarray | None  # spans: keyLength varint position and record end
     end: np.ndarray | None
+    keys: pa.Array | None  # decoding: keys and values copied out, and the records with
+    values: pa.Array | None  # headers (which, where their headers start, how many)
+    hdr_rec: np.ndarray | None
+    hdr_pos: np.ndarray | None
+    hdr_cnt: np.ndarray | None
     total_headers: int
 
 
@@ -236,23 +237,26 @@ def walk_records(
         size = int(rec_end[j] - rec_start[j])
         raise error(j, f"record count {int(count[j])} cannot fit in {size} bytes of records")
     n = int(count.sum())
-    # decoded columns come from Arrow's pool, like the Arrow arrays built beside them
-    empty = (lambda: np.empty(n, np.int64)) if spans else (lambda: _empty(n))
-    w = Walked(empty(), empty(), None, empty(), empty(), None, None, None, None, None, None, 0)
-    copies: list[Any] = [None, None, None, None]  # key offsets and bytes, value offsets and bytes
+    status = np.zeros(8, np.int64)
+    sections = (buffer, rec_start, rec_end, count, base_offset, base_timestamp, log_append, max_timestamp)
     if spans:
-        w.key_pos, w.tail, w.end = empty(), empty(), empty()
+        off, ts, key_pos, key_len, val_len, tail, end = (np.empty(n, np.int64) for _ in range(7))
+        w = Walked(off, ts, key_pos, key_len, val_len, tail, end, None, None, None, None, None, 0)
+        got = _kernels.active().walk_records(
+            *sections, w.offset, w.timestamp, w.key_pos, w.key_len, w.val_len, w.tail, w.end,
+            None, None, None, None, None, status,
+        )  # fmt: skip
     else:
-        w.hdr_pos, w.hdr_cnt = empty(), empty()
+        # decoded columns come from Arrow's pool, like the Arrow arrays built beside them;
         # every key (value) lies inside its records section: their total bounds the bytes
         capacity = int((rec_end - rec_start).sum())
-        copies = [*_binary_out(n, capacity, scratch=True), *_binary_out(n, capacity)]
-    status = np.zeros(4, np.int64)
-    sections = (buffer, rec_start, rec_end, count, base_offset, base_timestamp, log_append, max_timestamp)
-    columns = (w.offset, w.timestamp, w.key_pos, w.key_len, w.val_len, w.hdr_pos, w.hdr_cnt)
-    got = _kernels.active().walk_records(
-        *sections, *columns, w.tail, w.end, *(c[1] if c is not None else None for c in copies), status
-    )
+        keys, values = _binary_out(n, capacity, scratch=True), _binary_out(n, capacity)
+        rare = _empty(5 * n).reshape(5, n)
+        w = Walked(_empty(n), _empty(n), None, None, None, None, None, None, None, None, None, None, 0)
+        got = _kernels.active().walk_records(
+            *sections, w.offset, w.timestamp, None, None, None, None, None,
+            rare, keys[0][1], keys[1][1], values[0][1], values[1][1], status,
+        )  # fmt: skip
     if got < 0:
         j, rec = int(status[1]), int(status[3])
         where = int(status[2]) - int(rec_start[j])
@@ -260,8 +264,10 @@ def walk_records(
         msg = _MESSAGES.get(int(status[0]), "corrupt")
         raise error(j, f"record {rec} (byte {where} of the {what}): {msg}")
     if not spans:
-        w.keys = _binary_array(copies[0], copies[1], w.key_len)
-        w.values = _binary_array(copies[2], copies[3], w.val_len)
+        key_nulls, value_nulls, with_headers = (int(c) for c in status[4:7])
+        w.keys = _binary_array(*keys, rare[0, :key_nulls])
+        w.values = _binary_array(*values, rare[1, :value_nulls])
+        w.hdr_rec, w.hdr_pos, w.hdr_cnt = rare[2:5, :with_headers]
     w.total_headers = int(got)
     return w
 
@@ -349,9 +355,9 @@ def _binary_out(
 
 
 def _binary_array(
-    offsets: tuple[pa.Buffer, np.ndarray], data: tuple[pa.Buffer | None, np.ndarray], length: np.ndarray
+    offsets: tuple[pa.Buffer, np.ndarray], data: tuple[pa.Buffer | None, np.ndarray], nulls: np.ndarray
 ) -> pa.Array:
-    """The Arrow binary array the kernel filled (:func:`_binary_out`); nulls where ``length`` is -1.
+    """The Arrow binary array the kernel filled (:func:`_binary_out`), null at the indexes ``nulls``.
 
     What was used of a scratch buffer, or of a mostly unused one, is copied to a buffer of its
     size, so a decoded set holds at most about twice its bytes."""
@@ -368,10 +374,13 @@ def _binary_array(
         else:
             offs = offs.astype(np.int32)
     offs_buf = offsets[0] if offs is offsets[1] else pa.py_buffer(offs)
-    nulls = length < 0
-    null_count = int(nulls.sum())
-    validity = pa.py_buffer(np.packbits(~nulls, bitorder="little")) if null_count else None
-    return pa.Array.from_buffers(btype, length.shape[0], [validity, offs_buf, buf], null_count)
+    n = offs.shape[0] - 1
+    validity = None
+    if nulls.shape[0]:
+        valid = np.ones(n, np.bool_)
+        valid[nulls] = False
+        validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(btype, n, [validity, offs_buf, buf], int(nulls.shape[0]))
 
 
 def _binary_column(
@@ -393,6 +402,7 @@ def _binary_column(
 def _headers_column(
     kern: Any,
     buffer: np.ndarray,
+    hdr_rec: np.ndarray,
     hdr_pos: np.ndarray,
     hdr_cnt: np.ndarray,
     total: int,
@@ -401,15 +411,16 @@ def _headers_column(
     h: BatchHeaders,
     idx: np.ndarray,
 ) -> pa.Array:
-    n = hdr_pos.shape[0]
+    """The headers of the records ``hdr_rec`` (the others have none) as a list column."""
+    n = int(h.records_count[idx].sum())
     list_offsets = np.zeros(n + 1, dtype=np.int32)
     if total:
-        np.cumsum(hdr_cnt, out=list_offsets[1:])
+        list_offsets[hdr_rec + 1] = hdr_cnt
+        np.cumsum(list_offsets, out=list_offsets)
     hk_pos, hk_len = np.empty(total, np.int64), np.empty(total, np.int64)
     hv_pos, hv_len = np.empty(total, np.int64), np.empty(total, np.int64)
     if total:
-        sel = hdr_cnt > 0
-        kern.decode_headers(buffer, hdr_pos[sel], hdr_cnt[sel], hk_pos, hk_len, hv_pos, hv_len)
+        kern.decode_headers(buffer, hdr_pos, hdr_cnt, hk_pos, hk_len, hv_pos, hv_len)
     hkeys = _binary_column(kern, buffer, hk_pos, hk_len, pa.string())
     if total:
         try:

@@ -155,6 +155,7 @@ def walk(
         error=lambda j, msg: B.batch_error(h, j, msg, path, base_position),
     )
     assert w.tail is not None and w.end is not None and w.key_pos is not None
+    assert w.key_len is not None and w.val_len is not None
     first = np.zeros(n + 1, np.int64)
     np.cumsum(count, out=first[1:])
     off, ts = w.offset, w.timestamp
