@@ -183,11 +183,11 @@ def stream_rows_per_s(spark: SparkSession, name: str, df: Any, ck: Path, rows: i
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="1 M records instead of 10 M, one timed run each")
+    ap.add_argument("--quick", action="store_true", help="1 M records instead of 10 M")
     ap.add_argument("--repeat", type=int, default=None, help="timed runs per contender (best is kept)")
     args = ap.parse_args()
     rows = 1_000_000 if args.quick else 10_000_000
-    repeat = args.repeat or (1 if args.quick else 3)
+    repeat = args.repeat or 3
     tmp = Path(tempfile.mkdtemp(prefix="pylog-bench-source-"))
     spark = local_spark(
         "pylog-bench-source",

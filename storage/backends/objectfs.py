@@ -583,7 +583,8 @@ class ObjectStorage(Storage):
         self._dirty = True
         return new
 
-    def open_append(self, path: str) -> AppendFile:
+    def open_append(self, path: str, *, direct: bool = False) -> AppendFile:
+        """``direct`` (around a page cache) has no meaning for objects and is ignored."""
         path = self.check_relative(path)
         if is_direct(path):
             return _DirectAppend(self, path)

@@ -151,11 +151,12 @@ class LogSegment:
     def __repr__(self) -> str:
         return f"LogSegment({self.log_path!r}, size={self._size})"
 
-    def open_for_append(self) -> None:
-        """Open the ``.log`` for appending, creating it and its (empty) indexes as Kafka does."""
+    def open_for_append(self, *, direct: bool = False) -> None:
+        """Open the ``.log`` for appending, creating it and its (empty) indexes as Kafka does.
+        ``direct``: written around the page cache (a staged segment, see :mod:`staging`)."""
         if self._file is None:
             with naming_os_errors(self.log_path):
-                self._file = self.storage.open_append(self.log_path)
+                self._file = self.storage.open_append(self.log_path, direct=direct)
             self._size = self._file.size()
             self.offset_index.create()
             self.time_index.create()

@@ -135,7 +135,8 @@ class StagingLog:
             stem=staged_stem(self.name, base),
             created_ms=now_ms(),
         )
-        seg.open_for_append()
+        # written once, fsynced, then linked and read rarely soon after: around the page cache
+        seg.open_for_append(direct=True)
         return seg
 
     def append(self, data: np.ndarray | bytes | memoryview, h: B.BatchHeaders) -> None:

@@ -317,7 +317,7 @@ class MemStorage(Storage):
         self._step("create", path)
         return ino
 
-    def open_append(self, path: str) -> AppendFile:
+    def open_append(self, path: str, *, direct: bool = False) -> AppendFile:
         self._alive()
         return _MemAppend(self, self._create(path), path)
 

@@ -1,0 +1,78 @@
+"""Appends written around the page cache (O_DIRECT): the sink's staged segments."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pylog.storage.backends import fs
+from pylog.storage.backends.fs import LocalStorage
+from pylog.storage.errors import StorageIOError
+
+
+def _direct(tmp: Path) -> LocalStorage:
+    st_ = LocalStorage(tmp)
+    f = st_.open_append("probe", direct=True)
+    direct = isinstance(f, fs._DirectAppend)
+    f.close()
+    if not direct:
+        pytest.skip(f"the file system of {tmp} refuses O_DIRECT (pylog falls back to buffered appends there)")
+    return st_
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    chunks=st.lists(st.integers(0, 3 * fs._BLOCK + 17), min_size=1, max_size=12),
+    fsync_after=st.sets(st.integers(0, 11)),
+)
+def test_direct_appends_hold_every_byte_in_order(
+    tmp_path_factory: pytest.TempPathFactory, chunks: list[int], fsync_after: set[int]
+) -> None:
+    st_ = _direct(tmp_path_factory.mktemp("direct"))
+    want = bytearray()
+    f = st_.open_append("seg.log", direct=True)
+    for i, n in enumerate(chunks):
+        data = bytes((len(want) + k) % 251 for k in range(n))
+        assert f.write(data) == n
+        want += data
+        assert f.size() == len(want)
+        if i in fsync_after:
+            f.fsync()  # every byte is in the file, the partial last block through the page cache
+            assert st_.read("seg.log") == bytes(want)
+    f.close()
+    assert st_.read("seg.log") == bytes(want)
+    g = st_.open_append("seg.log", direct=True)  # reopened mid-block: continues it
+    assert g.size() == len(want)
+    g.write(b"tail" * 1500)
+    g.close()
+    assert st_.read("seg.log") == bytes(want) + b"tail" * 1500
+
+
+def test_a_direct_append_writes_more_than_its_buffer_and_truncates(tmp_path: Path) -> None:
+    st_ = _direct(tmp_path)
+    big = os.urandom(fs._DIRECT_CHUNK * 2 + 12345)
+    f = st_.open_append("a.log", direct=True)
+    f.write(big[:100])
+    f.write(big[100:])
+    f.fsync()
+    assert st_.read("a.log") == big
+    f.truncate(fs._BLOCK * 3 + 5)
+    f.write(b"xyz")
+    f.close()
+    assert st_.read("a.log") == big[: fs._BLOCK * 3 + 5] + b"xyz"
+
+
+def test_a_failed_direct_write_names_the_file(tmp_path: Path) -> None:
+    st_ = _direct(tmp_path)
+    f = st_.open_append("b.log", direct=True)
+    f.write(b"x" * 10)
+    os.close(f._fd)  # the descriptor is gone: the next write to disk fails like an I/O error
+    f._fd = os.open(os.devnull, os.O_RDONLY)
+    with pytest.raises(StorageIOError, match=r"b\.log"):
+        f.write(b"y" * fs._DIRECT_CHUNK)
+    os.close(f._fd)
+    f._fd = -1
