@@ -463,6 +463,7 @@ def _stage_batch(
         key = key.cast(pa.binary())
     ts = _ms_timestamps(col.get("timestamp"), n, now_ms)
     headers = col.get("headers")
+    inputs = records.EncodeInput.of(value, key, ts, headers)  # parsed once for every topic and partition
     for topic in distinct:
         if topic_col is None or len(distinct) == 1:
             sel = np.arange(n)
@@ -493,22 +494,24 @@ def _stage_batch(
                 parts[keyed] = partition_for_keys(topic_key.filter(pa.array(keyed)), num).astype(np.int64)
             need = need & ~has_key
         if need.any():  # null keys: sticky, switching partition per record batch
-            rows = sel[need]
-            sizes = np.asarray(pc.binary_length(value.take(pa.array(rows))).fill_null(0).to_numpy(), np.int64)
+            sizes = np.maximum(inputs.v_len[sel[need]], 0)  # value bytes (null: 0)
             state = sticky.setdefault(topic, [task % num, 0])
             parts[need] = _sticky_partitions(sizes, num, state, min(STICKY_SWITCH_BYTES, opts.batch_bytes))
         ts_type = timestamp_type(config)
-        for p in np.flatnonzero(np.bincount(parts, minlength=num)).tolist():
-            rows = pa.array(sel[parts == p])
+        topic_input = inputs.with_timestamps(now_ms) if ts_type == 1 else inputs
+        # each partition's rows in their order (one stable sort, not a pass per partition)
+        counts = np.bincount(parts, minlength=num)
+        order = sel[np.argsort(parts.astype(np.int16 if num <= 32767 else np.int32), kind="stable")]
+        ends = np.cumsum(counts)
+        for p in np.flatnonzero(counts).tolist():
+            rows = order[int(ends[p] - counts[p]) : int(ends[p])]
             f = files.get((topic, p))
             if f is None:
                 name = pub.stage_name(writer_id, batch_id, task, attempt)
                 f = files[(topic, p)] = open_stager(storage, topic, p, name, config, _local_dir())
-            enc = records.encode(
-                value.take(rows),
-                None if key is None else key.take(rows),
-                now_ms if ts_type == 1 else ts[rows.to_numpy()],
-                None if headers is None else headers.take(rows),
+            enc = records.encode_rows(  # straight from the Arrow batch: no copy of the rows first
+                topic_input,
+                rows,
                 codec=opts.codec or _topic_codec(config),
                 batch_bytes=min(opts.batch_bytes, config.max_message_bytes - 12),
                 timestamp_type=ts_type,

@@ -440,6 +440,7 @@ def plan_batches(  # type: ignore[no-untyped-def]
     hcnt,
     hsize,
     ts,
+    rows,
     target_bytes,
     max_records,
     out_first,
@@ -449,26 +450,28 @@ def plan_batches(  # type: ignore[no-untyped-def]
     """Greedy split of records into batches of at most ``target_bytes`` (a record larger
     than that gets a batch of its own) and at most ``max_records``; returns the count.
 
-    ``out_body[i]`` receives record i's body length (the value of its length varint)."""
-    n = klen.shape[0]
+    ``out_body[i]`` receives record i's body length (the value of its length varint).  With
+    ``rows`` (else None), record i is row ``rows[i]`` of the columns."""
+    n = klen.shape[0] if rows is None else rows.shape[0]
     nb = 0
     first = 0
     size = HEADER_SIZE
     cnt = 0
     base_ts = 0
     for i in range(n):
+        r = i if rows is None else rows[i]
         if cnt == 0:
-            base_ts = ts[i]
+            base_ts = ts[r]
         body = (
             1
-            + varint_size(wrap64(ts[i] - base_ts))
+            + varint_size(wrap64(ts[r] - base_ts))
             + varint_size(cnt)
-            + varint_size(klen[i])
-            + max(klen[i], 0)
-            + varint_size(vlen[i])
-            + max(vlen[i], 0)
-            + varint_size(hcnt[i])
-            + hsize[i]
+            + varint_size(klen[r])
+            + max(klen[r], 0)
+            + varint_size(vlen[r])
+            + max(vlen[r], 0)
+            + varint_size(hcnt[r])
+            + hsize[r]
         )
         rec = varint_size(body) + body
         if cnt > 0 and (size + rec > target_bytes or cnt >= max_records):
@@ -478,17 +481,17 @@ def plan_batches(  # type: ignore[no-untyped-def]
             first = i
             size = HEADER_SIZE
             cnt = 0
-            base_ts = ts[i]
+            base_ts = ts[r]
             body = (
                 1
                 + 1
                 + 1
-                + varint_size(klen[i])
-                + max(klen[i], 0)
-                + varint_size(vlen[i])
-                + max(vlen[i], 0)
-                + varint_size(hcnt[i])
-                + hsize[i]
+                + varint_size(klen[r])
+                + max(klen[r], 0)
+                + varint_size(vlen[r])
+                + max(vlen[r], 0)
+                + varint_size(hcnt[r])
+                + hsize[r]
             )
             rec = varint_size(body) + body
         out_body[i] = body
@@ -513,6 +516,7 @@ def write_batches(  # type: ignore[no-untyped-def]
     vdata,
     vlen,
     ts,
+    rows,
     hlist,
     hkoff,
     hkdata,
@@ -527,19 +531,21 @@ def write_batches(  # type: ignore[no-untyped-def]
     base_sequence,
     out_pos,
 ):
-    """Write the planned batches (CRC left 0 for the caller); returns bytes written."""
+    """Write the planned batches (CRC left 0 for the caller); returns bytes written.  With
+    ``rows`` (else None), record i is row ``rows[i]`` of the columns (``body`` is per record)."""
     nb = first.shape[0]
-    n = klen.shape[0]
+    n = klen.shape[0] if rows is None else rows.shape[0]
     pos = 0
     for b in range(nb):
         lo = first[b]
         hi = first[b + 1] if b + 1 < nb else n
         out_pos[b] = pos
-        base_ts = ts[lo]
-        max_t = ts[lo]
+        base_ts = ts[lo if rows is None else rows[lo]]
+        max_t = base_ts
         for i in range(lo, hi):
-            if ts[i] > max_t:
-                max_t = ts[i]
+            t = ts[i if rows is None else rows[i]]
+            if t > max_t:
+                max_t = t
         seq = base_sequence
         if seq >= 0:
             seq = (base_sequence + lo) % 2147483648
@@ -559,21 +565,22 @@ def write_batches(  # type: ignore[no-untyped-def]
             seq,
         )
         for i in range(lo, hi):
+            r = i if rows is None else rows[i]
             p = write_varint(out, p, body[i])
             out[p] = 0
             p += 1
-            p = write_varint(out, p, wrap64(ts[i] - base_ts))
+            p = write_varint(out, p, wrap64(ts[r] - base_ts))
             p = write_varint(out, p, i - lo)
-            p = write_varint(out, p, klen[i])
-            if klen[i] > 0:
-                copy_bytes(out, p, kdata, koff[i], klen[i])
-                p += klen[i]
-            p = write_varint(out, p, vlen[i])
-            if vlen[i] > 0:
-                copy_bytes(out, p, vdata, voff[i], vlen[i])
-                p += vlen[i]
-            p = write_varint(out, p, hlist[i + 1] - hlist[i])
-            for h in range(hlist[i], hlist[i + 1]):
+            p = write_varint(out, p, klen[r])
+            if klen[r] > 0:
+                copy_bytes(out, p, kdata, koff[r], klen[r])
+                p += klen[r]
+            p = write_varint(out, p, vlen[r])
+            if vlen[r] > 0:
+                copy_bytes(out, p, vdata, voff[r], vlen[r])
+                p += vlen[r]
+            p = write_varint(out, p, hlist[r + 1] - hlist[r])
+            for h in range(hlist[r], hlist[r + 1]):
                 kl = hkoff[h + 1] - hkoff[h]
                 p = write_varint(out, p, kl)
                 if kl > 0:

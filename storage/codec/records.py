@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -485,6 +485,55 @@ def _merge_legacy(v2: pa.Table, v2_index: np.ndarray, rows: list[Any]) -> tuple[
 # ============================================================================ encoding
 
 
+@dataclass(frozen=True)
+class EncodeInput:
+    """The per-record columns of :func:`encode`, parsed once: :func:`encode_rows` encodes any
+    subset of the rows without copying their bytes first (a sink task encodes each partition's
+    rows of one Arrow batch straight from it)."""
+
+    n: int
+    v_start: np.ndarray
+    v_data: np.ndarray
+    v_len: np.ndarray
+    k_start: np.ndarray
+    k_data: np.ndarray
+    k_len: np.ndarray
+    ts: np.ndarray
+    h_list: np.ndarray
+    hk_off: np.ndarray
+    hk_data: np.ndarray
+    hv_start: np.ndarray
+    hv_data: np.ndarray
+    hv_len: np.ndarray
+    h_cnt: np.ndarray
+    h_size: np.ndarray
+
+    @classmethod
+    def of(cls, value: Any, key: Any = None, timestamp: Any = None, headers: Any = None) -> EncodeInput:
+        """The records of :func:`encode`'s arguments, checked (a clear error naming the column)."""
+        values = _to_arrow(value, "value")
+        n = len(values)
+        v_start, v_data, v_len = binary_parts(values, n, "value")
+        k_start, k_data, k_len = binary_parts(key, n, "key")
+        ts = timestamps_ms(timestamp, n)
+        h_list, hk_off, hk_data, hv_start, hv_data, hv_len = header_parts(headers, n)
+        if hk_off.shape[0] > 1:
+            hk_len = np.diff(hk_off)
+            entry = varint_sizes(hk_len) + hk_len + varint_sizes(hv_len) + np.maximum(hv_len, 0)
+            csum = np.concatenate([[0], np.cumsum(entry)])
+            h_size = csum[h_list[1:]] - csum[h_list[:-1]]
+        else:
+            h_size = np.zeros(n, np.int64)
+        return cls(
+            n, v_start, v_data, v_len, k_start, k_data, k_len, ts,
+            h_list, hk_off, hk_data, hv_start, hv_data, hv_len, np.diff(h_list), h_size,
+        )  # fmt: skip
+
+    def with_timestamps(self, timestamp: Any) -> EncodeInput:
+        """The same records with other timestamps (one for all, or one per record)."""
+        return replace(self, ts=timestamps_ms(timestamp, self.n))
+
+
 def encode(
     value: Any,
     key: Any = None,
@@ -513,36 +562,82 @@ def encode(
     ``batch_bytes`` uncompressed bytes (a larger record gets its own batch) and at most
     ``max_records`` records, then compressed with ``codec``.
     """
-    codec_id = compression.codec_id(codec)
+    _check_encode_options(batch_bytes, max_records, timestamp_type)
+    return encode_rows(
+        EncodeInput.of(value, key, timestamp, headers),
+        None,
+        base_offset=base_offset,
+        codec=codec,
+        level=level,
+        batch_bytes=batch_bytes,
+        max_records=max_records,
+        timestamp_type=timestamp_type,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        is_transactional=is_transactional,
+        is_control=is_control,
+        partition_leader_epoch=partition_leader_epoch,
+    )
+
+
+def _check_encode_options(batch_bytes: int, max_records: int, timestamp_type: int) -> None:
+    """Refuse bad options before any input is parsed."""
     if batch_bytes < HEADER_SIZE + MIN_RECORD_BYTES:
         raise ConfigError(f"batch_bytes must be at least {HEADER_SIZE + MIN_RECORD_BYTES}, got {batch_bytes}")
     if not 1 <= max_records <= K.INT32_MAX:
         raise ConfigError(f"max_records must be in [1, {K.INT32_MAX}], got {max_records}")
     if timestamp_type not in (0, 1):
         raise ConfigError(f"timestamp_type must be 0 (CreateTime) or 1 (LogAppendTime), got {timestamp_type}")
-    values = _to_arrow(value, "value")
-    n = len(values)
-    v_start, v_data, v_len = binary_parts(values, n, "value")
-    k_start, k_data, k_len = binary_parts(key, n, "key")
-    ts = timestamps_ms(timestamp, n)
-    h_list, hk_off, hk_data, hv_start, hv_data, hv_len = header_parts(headers, n)
+
+
+def encode_rows(
+    inp: EncodeInput,
+    rows: np.ndarray | None,
+    *,
+    base_offset: int = 0,
+    codec: int | str = compression.NONE,
+    level: int | None = None,
+    batch_bytes: int = DEFAULT_BATCH_BYTES,
+    max_records: int = K.INT32_MAX,
+    timestamp_type: int = 0,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    partition_leader_epoch: int = -1,
+) -> EncodedBatches:
+    """:func:`encode` of the rows ``rows`` (indexes into ``inp``, in the order given; None:
+    all of them): each record's bytes are copied once, from the input into its batch."""
+    _check_encode_options(batch_bytes, max_records, timestamp_type)
+    codec_id = compression.codec_id(codec)
+    if rows is not None:
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.shape[0] and (int(rows.min()) < 0 or int(rows.max()) >= inp.n):
+            raise IndexError(f"rows must index the {inp.n} records")
+    n = inp.n if rows is None else int(rows.shape[0])
     if n == 0:
         return EncodedBatches(
             np.zeros(0, np.uint8), parse_headers(np.zeros(0, np.uint8), *(np.zeros(0, np.int64),) * 3)
         )
-    if hk_off.shape[0] > 1:
-        hk_len = np.diff(hk_off)
-        entry = varint_sizes(hk_len) + hk_len + varint_sizes(hv_len) + np.maximum(hv_len, 0)
-        csum = np.concatenate([[0], np.cumsum(entry)])
-        h_size = csum[h_list[1:]] - csum[h_list[:-1]]
-    else:
-        h_size = np.zeros(n, np.int64)
-    h_cnt = np.diff(h_list)
     kern = _kernels.active()
     first = np.empty(n, np.int64)
     nbytes = np.empty(n, np.int64)
     body = np.empty(n, np.int64)
-    nb = kern.plan_batches(k_len, v_len, h_cnt, h_size, ts, batch_bytes, max_records, first, nbytes, body)
+    nb = kern.plan_batches(
+        inp.k_len,
+        inp.v_len,
+        inp.h_cnt,
+        inp.h_size,
+        inp.ts,
+        rows,
+        batch_bytes,
+        max_records,
+        first,
+        nbytes,
+        body,
+    )
     first, nbytes = first[:nb], nbytes[:nb]
     if (nbytes - K.LOG_OVERHEAD > K.INT32_MAX).any():
         raise ValueError("a single record is larger than a batch can hold (2 GiB)")
@@ -558,19 +653,20 @@ def encode(
         first,
         nbytes,
         body,
-        k_start,
-        k_data,
-        k_len,
-        v_start,
-        v_data,
-        v_len,
-        ts,
-        h_list,
-        hk_off,
-        hk_data,
-        hv_start,
-        hv_data,
-        hv_len,
+        inp.k_start,
+        inp.k_data,
+        inp.k_len,
+        inp.v_start,
+        inp.v_data,
+        inp.v_len,
+        inp.ts,
+        rows,
+        inp.h_list,
+        inp.hk_off,
+        inp.hk_data,
+        inp.hv_start,
+        inp.hv_data,
+        inp.hv_len,
         base_offset,
         attributes,
         partition_leader_epoch,
