@@ -499,24 +499,25 @@ def _stage_batch(
             parts[need] = _sticky_partitions(sizes, num, state, min(STICKY_SWITCH_BYTES, opts.batch_bytes))
         ts_type = timestamp_type(config)
         topic_input = inputs.with_timestamps(now_ms) if ts_type == 1 else inputs
-        # each partition's rows in their order (one stable sort, not a pass per partition)
         counts = np.bincount(parts, minlength=num)
-        order = sel[np.argsort(parts.astype(np.int16 if num <= 32767 else np.int32), kind="stable")]
-        ends = np.cumsum(counts)
         for p in np.flatnonzero(counts).tolist():
-            rows = order[int(ends[p] - counts[p]) : int(ends[p])]
-            f = files.get((topic, p))
-            if f is None:
+            if (topic, p) not in files:
                 name = pub.stage_name(writer_id, batch_id, task, attempt)
-                f = files[(topic, p)] = open_stager(storage, topic, p, name, config, _local_dir())
-            enc = records.encode_rows(  # straight from the Arrow batch: no copy of the rows first
-                topic_input,
-                rows,
-                codec=opts.codec or _topic_codec(config),
-                batch_bytes=min(opts.batch_bytes, config.max_message_bytes - 12),
-                timestamp_type=ts_type,
-                base_offset=f.next_offset,
-            )
+                files[(topic, p)] = open_stager(storage, topic, p, name, config, _local_dir())
+        routed = np.full(n, -1, np.int64)  # rows of other topics go nowhere
+        routed[sel] = parts
+        bases = np.array([files[(topic, p)].next_offset if counts[p] else 0 for p in range(num)], np.int64)
+        # every partition's batches in one pass over the Arrow batch, straight from its buffers
+        encoded = records.encode_partitioned(
+            topic_input,
+            routed,
+            bases,
+            codec=opts.codec or _topic_codec(config),
+            batch_bytes=min(opts.batch_bytes, config.max_message_bytes - 12),
+            timestamp_type=ts_type,
+        )
+        for p, enc in sorted(encoded.items()):
+            f = files[(topic, p)]
             # a stager first removes what an earlier run of this batch left (a restarted query
             # numbers its task attempts from 0 again), or the replayed commit would publish
             # those rows twice (reliability campaign)

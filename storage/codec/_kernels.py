@@ -1,8 +1,9 @@
 """Loads the codec's inner loops compiled by numba, or as plain Python.
 
 The loops are in ``_kernels_src`` (entries, records, batches) and ``_kernels_hash_src`` (the
-cleaner's key hashing and offset map, the partitioner's murmur2); both files are executed into
-one module per copy, so a kernel calls any helper of either and callers find every kernel on :func:`active`.
+cleaner's key hashing and offset map, the partitioner's murmur2) and ``_kernels_part_src`` (a sink
+task's rows encoded into every partition in one pass); the files are executed into one module
+per copy, so a kernel calls any helper of another and callers find every kernel on :func:`active`.
 
 numba is a declared dependency, so the compiled copy is the normal path.  The plain-Python
 copy is the fallback for platforms without numba and for ``PYLOG_NO_JIT=1``; the tests run
@@ -24,8 +25,9 @@ import threading
 import types
 from pathlib import Path
 
-_SOURCES = (Path(__file__).with_name("_kernels_src.py"), Path(__file__).with_name("_kernels_hash_src.py"))
-"""Executed in order into one namespace: the codec's kernels, then the cleaner's hashing ones."""
+_SOURCES = tuple(Path(__file__).with_name(f"_kernels{part}_src.py") for part in ("", "_part", "_hash"))
+"""Executed in order into one namespace: the codec's kernels, the partitioned encoder's, then the
+cleaner's hashing ones."""
 KERNELS = (
     "scan_entries",
     "walk_records",
@@ -34,6 +36,8 @@ KERNELS = (
     "plan_batches",
     "write_batches",
     "write_rebuilt",
+    "plan_partitioned",  # a sink task's rows into every partition at once (partitioned.py)
+    "write_partitioned",
     # hashing (cleaner.py, offset_map.py)
     "hash_keys",
     "map_put",

@@ -202,3 +202,16 @@ def varint_sizes(v: np.ndarray) -> np.ndarray:
     for bits in range(7, 64, 7):
         size += u >= (np.uint64(1) << np.uint64(bits))
     return size
+
+
+def pool_buffer(nbytes: int) -> tuple[pa.Buffer, np.ndarray]:
+    """A writable buffer from Arrow's memory pool (which reuses pages: fresh mmaps of large
+    outputs cost more in page faults than the decoding itself) and a numpy view of it."""
+    buf = pa.allocate_buffer(max(nbytes, 1))
+    return buf, np.frombuffer(buf, dtype=np.uint8)[:nbytes]
+
+
+def pool_empty(n: int, dtype: Any = np.int64) -> np.ndarray:
+    """``np.empty`` from Arrow's memory pool (see :func:`pool_buffer`)."""
+    itemsize = np.dtype(dtype).itemsize
+    return pool_buffer(n * itemsize)[1].view(dtype)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,29 +24,34 @@ import pyarrow as pa
 from pylog.storage.codec import _kernels, compression
 from pylog.storage.codec import _kernels_src as K
 from pylog.storage.codec.batch import (
-    CONTROL_MASK,
-    FIELD,
     HEADER,
     HEADER_SIZE,
     LOG_APPEND_TIME,
-    TRANSACTIONAL_MASK,
     BatchHeaders,
     as_uint8,
     batch_error,
     check_v2_headers,
     parse_headers,
     scan_entries,
-    write_crcs,
 )
-from pylog.storage.codec.columns import HEADER_TYPE, binary_parts, header_parts, timestamps_ms, varint_sizes
-from pylog.storage.codec.columns import to_binary_array as _to_arrow
-from pylog.storage.errors import ConfigError, CorruptRecordError
+from pylog.storage.codec.columns import HEADER_TYPE
+from pylog.storage.codec.columns import pool_buffer as _alloc
+from pylog.storage.codec.columns import pool_empty as _empty
+from pylog.storage.codec.encoding import (  # encoding is its own module; these stay importable here
+    DEFAULT_BATCH_BYTES,
+    MIN_RECORD_BYTES,
+    EncodedBatches,
+    EncodeInput,
+    compress_batches,
+    control_batch,
+    encode,
+    encode_partitioned,
+    encode_rows,
+)
+from pylog.storage.errors import CorruptRecordError
 
-DEFAULT_BATCH_BYTES = 1 << 20
-"""Default target size of an encoded batch (uncompressed bytes)."""
 MAX_DECOMPRESSED_BATCH = 1 << 30
 """Upper bound on one batch's decompressed records section (a defence, not a format limit)."""
-MIN_RECORD_BYTES = 7  # length varint + attributes + 5 one-byte varints
 
 RECORD_SCHEMA = pa.schema(
     [
@@ -93,20 +98,6 @@ class RecordSet:
             return self.records
         keep = ~self.batches.is_control[self.batch_index]
         return self.records.filter(pa.array(keep))
-
-
-@dataclass
-class EncodedBatches:
-    """Encoded v2 batches laid end to end in ``buffer``, with their headers."""
-
-    buffer: np.ndarray  # uint8
-    batches: BatchHeaders  # positions relative to the start of ``buffer``
-
-    def tobytes(self) -> bytes:
-        return self.buffer.tobytes()
-
-    def __len__(self) -> int:
-        return int(self.buffer.shape[0])
 
 
 # ============================================================================ decoding
@@ -304,22 +295,9 @@ def _decompress(
     return np.concatenate(parts), new_start, new_end
 
 
-def _alloc(nbytes: int) -> tuple[pa.Buffer, np.ndarray]:
-    """A writable buffer from Arrow's memory pool (which reuses pages: fresh mmaps of large
-    outputs cost more in page faults than the decoding itself) and a numpy view of it."""
-    buf = pa.allocate_buffer(max(nbytes, 1))
-    return buf, np.frombuffer(buf, dtype=np.uint8)[:nbytes]
-
-
 _scratch = threading.local()
 _SCRATCH_MAX = 64 << 20
 """Largest scratch buffer a thread keeps (:func:`_binary_out`); bigger sets use Arrow buffers."""
-
-
-def _empty(n: int, dtype: Any = np.int64) -> np.ndarray:
-    """``np.empty`` from Arrow's memory pool (see :func:`_alloc`)."""
-    itemsize = np.dtype(dtype).itemsize
-    return _alloc(n * itemsize)[1].view(dtype)
 
 
 def _offsets_for(length: np.ndarray) -> tuple[np.ndarray, pa.DataType]:
@@ -482,262 +460,6 @@ def _merge_legacy(v2: pa.Table, v2_index: np.ndarray, rows: list[Any]) -> tuple[
     return pa.concat_tables([v2, legacy]).take(pa.array(order)), index[order]
 
 
-# ============================================================================ encoding
-
-
-@dataclass(frozen=True)
-class EncodeInput:
-    """The per-record columns of :func:`encode`, parsed once: :func:`encode_rows` encodes any
-    subset of the rows without copying their bytes first (a sink task encodes each partition's
-    rows of one Arrow batch straight from it)."""
-
-    n: int
-    v_start: np.ndarray
-    v_data: np.ndarray
-    v_len: np.ndarray
-    k_start: np.ndarray
-    k_data: np.ndarray
-    k_len: np.ndarray
-    ts: np.ndarray
-    h_list: np.ndarray
-    hk_off: np.ndarray
-    hk_data: np.ndarray
-    hv_start: np.ndarray
-    hv_data: np.ndarray
-    hv_len: np.ndarray
-    h_cnt: np.ndarray
-    h_size: np.ndarray
-
-    @classmethod
-    def of(cls, value: Any, key: Any = None, timestamp: Any = None, headers: Any = None) -> EncodeInput:
-        """The records of :func:`encode`'s arguments, checked (a clear error naming the column)."""
-        values = _to_arrow(value, "value")
-        n = len(values)
-        v_start, v_data, v_len = binary_parts(values, n, "value")
-        k_start, k_data, k_len = binary_parts(key, n, "key")
-        ts = timestamps_ms(timestamp, n)
-        h_list, hk_off, hk_data, hv_start, hv_data, hv_len = header_parts(headers, n)
-        if hk_off.shape[0] > 1:
-            hk_len = np.diff(hk_off)
-            entry = varint_sizes(hk_len) + hk_len + varint_sizes(hv_len) + np.maximum(hv_len, 0)
-            csum = np.concatenate([[0], np.cumsum(entry)])
-            h_size = csum[h_list[1:]] - csum[h_list[:-1]]
-        else:
-            h_size = np.zeros(n, np.int64)
-        return cls(
-            n, v_start, v_data, v_len, k_start, k_data, k_len, ts,
-            h_list, hk_off, hk_data, hv_start, hv_data, hv_len, np.diff(h_list), h_size,
-        )  # fmt: skip
-
-    def with_timestamps(self, timestamp: Any) -> EncodeInput:
-        """The same records with other timestamps (one for all, or one per record)."""
-        return replace(self, ts=timestamps_ms(timestamp, self.n))
-
-
-def encode(
-    value: Any,
-    key: Any = None,
-    timestamp: Any = None,
-    headers: Any = None,
-    *,
-    base_offset: int = 0,
-    codec: int | str = compression.NONE,
-    level: int | None = None,
-    batch_bytes: int = DEFAULT_BATCH_BYTES,
-    max_records: int = K.INT32_MAX,
-    timestamp_type: int = 0,
-    producer_id: int = -1,
-    producer_epoch: int = -1,
-    base_sequence: int = -1,
-    is_transactional: bool = False,
-    is_control: bool = False,
-    partition_leader_epoch: int = -1,
-) -> EncodedBatches:
-    """Encode records into RecordBatch v2 batches with consecutive offsets from ``base_offset``.
-
-    ``value`` (and ``key``) are Arrow binary/string arrays or sequences of bytes/None;
-    ``timestamp`` is milliseconds (array, scalar, Arrow timestamps) or None for now;
-    ``headers`` is an Arrow ``list<struct<key: string, value: binary>>`` or a sequence of
-    ``[(key, value), ...]`` lists.  Records are grouped into batches of at most
-    ``batch_bytes`` uncompressed bytes (a larger record gets its own batch) and at most
-    ``max_records`` records, then compressed with ``codec``.
-    """
-    _check_encode_options(batch_bytes, max_records, timestamp_type)
-    return encode_rows(
-        EncodeInput.of(value, key, timestamp, headers),
-        None,
-        base_offset=base_offset,
-        codec=codec,
-        level=level,
-        batch_bytes=batch_bytes,
-        max_records=max_records,
-        timestamp_type=timestamp_type,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=base_sequence,
-        is_transactional=is_transactional,
-        is_control=is_control,
-        partition_leader_epoch=partition_leader_epoch,
-    )
-
-
-def _check_encode_options(batch_bytes: int, max_records: int, timestamp_type: int) -> None:
-    """Refuse bad options before any input is parsed."""
-    if batch_bytes < HEADER_SIZE + MIN_RECORD_BYTES:
-        raise ConfigError(f"batch_bytes must be at least {HEADER_SIZE + MIN_RECORD_BYTES}, got {batch_bytes}")
-    if not 1 <= max_records <= K.INT32_MAX:
-        raise ConfigError(f"max_records must be in [1, {K.INT32_MAX}], got {max_records}")
-    if timestamp_type not in (0, 1):
-        raise ConfigError(f"timestamp_type must be 0 (CreateTime) or 1 (LogAppendTime), got {timestamp_type}")
-
-
-def encode_rows(
-    inp: EncodeInput,
-    rows: np.ndarray | None,
-    *,
-    base_offset: int = 0,
-    codec: int | str = compression.NONE,
-    level: int | None = None,
-    batch_bytes: int = DEFAULT_BATCH_BYTES,
-    max_records: int = K.INT32_MAX,
-    timestamp_type: int = 0,
-    producer_id: int = -1,
-    producer_epoch: int = -1,
-    base_sequence: int = -1,
-    is_transactional: bool = False,
-    is_control: bool = False,
-    partition_leader_epoch: int = -1,
-) -> EncodedBatches:
-    """:func:`encode` of the rows ``rows`` (indexes into ``inp``, in the order given; None:
-    all of them): each record's bytes are copied once, from the input into its batch."""
-    _check_encode_options(batch_bytes, max_records, timestamp_type)
-    codec_id = compression.codec_id(codec)
-    if rows is not None:
-        rows = np.asarray(rows, dtype=np.int64)
-        if rows.shape[0] and (int(rows.min()) < 0 or int(rows.max()) >= inp.n):
-            raise IndexError(f"rows must index the {inp.n} records")
-    n = inp.n if rows is None else int(rows.shape[0])
-    if n == 0:
-        return EncodedBatches(
-            np.zeros(0, np.uint8), parse_headers(np.zeros(0, np.uint8), *(np.zeros(0, np.int64),) * 3)
-        )
-    kern = _kernels.active()
-    first = np.empty(n, np.int64)
-    nbytes = np.empty(n, np.int64)
-    body = np.empty(n, np.int64)
-    nb = kern.plan_batches(
-        inp.k_len,
-        inp.v_len,
-        inp.h_cnt,
-        inp.h_size,
-        inp.ts,
-        rows,
-        batch_bytes,
-        max_records,
-        first,
-        nbytes,
-        body,
-    )
-    first, nbytes = first[:nb], nbytes[:nb]
-    if (nbytes - K.LOG_OVERHEAD > K.INT32_MAX).any():
-        raise ValueError("a single record is larger than a batch can hold (2 GiB)")
-    attributes = (
-        (timestamp_type << 3)
-        | (TRANSACTIONAL_MASK if is_transactional else 0)
-        | (CONTROL_MASK if is_control else 0)
-    )
-    _, out = _alloc(int(nbytes.sum()))
-    pos = np.empty(nb, np.int64)
-    kern.write_batches(
-        out,
-        first,
-        nbytes,
-        body,
-        inp.k_start,
-        inp.k_data,
-        inp.k_len,
-        inp.v_start,
-        inp.v_data,
-        inp.v_len,
-        inp.ts,
-        rows,
-        inp.h_list,
-        inp.hk_off,
-        inp.hk_data,
-        inp.hv_start,
-        inp.hv_data,
-        inp.hv_len,
-        base_offset,
-        attributes,
-        partition_leader_epoch,
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        pos,
-    )
-    if codec_id != compression.NONE:
-        out, pos, nbytes = compress_batches(out, pos, nbytes, np.full(nb, codec_id), level)
-    write_crcs(out, pos, nbytes)
-    return EncodedBatches(out, parse_headers(out, pos, nbytes, np.full(nb, 2, np.int64)))
-
-
-def compress_batches(
-    out: np.ndarray, pos: np.ndarray, nbytes: np.ndarray, codec: np.ndarray, level: int | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The batches ``out[pos[b]:pos[b]+nbytes[b]]`` laid end to end, the records section of each
-    whose ``codec[b]`` is not 0 compressed with it (the header gets its codec bits and new
-    batchLength; the CRC is written after).  Returns (buffer, positions, sizes)."""
-    parts: list[bytes | memoryview] = []
-    new_pos = np.empty_like(pos)
-    new_size = np.empty_like(nbytes)
-    total = 0
-    mv = out.data
-    length, attributes = FIELD["batch_length"], FIELD["attributes"]
-    for b, (p, s, c) in enumerate(zip(pos.tolist(), nbytes.tolist(), codec.tolist(), strict=True)):
-        if c == 0:
-            parts.append(mv[p : p + s])
-        else:
-            packed = compression.compress(c, mv[p + HEADER_SIZE : p + s], level)
-            header = bytearray(mv[p : p + HEADER_SIZE])
-            length.pack_into(header, K.AT_LENGTH, HEADER_SIZE - K.LOG_OVERHEAD + len(packed))
-            codec_bits = attributes.unpack_from(header, K.AT_ATTRIBUTES)[0] | c
-            attributes.pack_into(header, K.AT_ATTRIBUTES, codec_bits)
-            parts.append(bytes(header))
-            parts.append(packed)
-            s = HEADER_SIZE + len(packed)
-        new_pos[b] = total
-        new_size[b] = s
-        total += s
-    return np.frombuffer(b"".join(parts), dtype=np.uint8).copy(), new_pos, new_size
-
-
-def control_batch(
-    marker: int,
-    *,
-    offset: int,
-    producer_id: int,
-    producer_epoch: int,
-    coordinator_epoch: int = 0,
-    timestamp: int | None = None,
-    partition_leader_epoch: int = -1,
-) -> bytes:
-    """An end-transaction marker batch (ABORT=0 / COMMIT=1) as Kafka writes it."""
-    from pylog.storage.codec.batch import CONTROL_KEY, END_TXN_VALUE
-
-    enc = encode(
-        [END_TXN_VALUE.pack(0, coordinator_epoch)],
-        [CONTROL_KEY.pack(0, marker)],
-        timestamp,
-        base_offset=offset,
-        is_transactional=True,
-        is_control=True,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        partition_leader_epoch=partition_leader_epoch,
-    )
-    return enc.tobytes()
-
-
 def concat_records(sets: Sequence[RecordSet]) -> pa.Table:
     """The records of several record sets as one table."""
     if not sets:
@@ -749,11 +471,16 @@ __all__ = [
     "DEFAULT_BATCH_BYTES",
     "HEADER",
     "HEADER_TYPE",
+    "MIN_RECORD_BYTES",
     "RECORD_SCHEMA",
+    "EncodeInput",
     "EncodedBatches",
     "RecordSet",
+    "compress_batches",
     "concat_records",
     "control_batch",
     "decode",
     "encode",
+    "encode_partitioned",
+    "encode_rows",
 ]

@@ -22,6 +22,7 @@ import pyarrow as pa
 from pylog.storage.backends.fs import Storage
 from pylog.storage.codec import batch as B
 from pylog.storage.codec import compression, records
+from pylog.storage.codec.columns import to_binary_array
 from pylog.storage.config import LogConfig
 from pylog.storage.errors import (
     ConfigError,
@@ -55,7 +56,7 @@ def check_keys(config: LogConfig, key: Any, where: str) -> None:
         return
     if key is None:
         raise InvalidOffsetError(f"{where}: compacted topic requires keys on every record")
-    k = records._to_arrow(key, "key")
+    k = to_binary_array(key, "key")
     if k.null_count:
         raise InvalidOffsetError(
             f"{where}: compacted topic (cleanup.policy=compact) requires a key on every "

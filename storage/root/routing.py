@@ -15,8 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from pylog.storage.codec import records
-from pylog.storage.codec.columns import timestamps_ms
+from pylog.storage.codec.columns import timestamps_ms, to_binary_array
 from pylog.storage.codec.partitioner import partition_for_keys
 from pylog.storage.errors import ConfigError
 
@@ -68,7 +67,7 @@ class Router:
                 parts = _partition_column(data.column("partition"))
         else:
             value = data
-        values = records._to_arrow(value, "value")
+        values = to_binary_array(value, "value")
         n_rows = len(values)
         _check_length(key, "key", n_rows)
         _check_length(headers, "headers", n_rows)
@@ -80,7 +79,7 @@ class Router:
             parts = (
                 np.full(n_rows, -1, np.int64)
                 if key is None
-                else partition_for_keys(records._to_arrow(key, "key"), num_partitions).astype(np.int64)
+                else partition_for_keys(to_binary_array(key, "key"), num_partitions).astype(np.int64)
             )
             nulls = parts < 0
             if nulls.any():

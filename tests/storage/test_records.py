@@ -125,9 +125,10 @@ def test_varint_golden_vectors(kernels: str, value: int, encoded: str) -> None:
 
 def test_vectorized_varint_sizes_match_kernel() -> None:
     from pylog.storage.codec import _kernels
+    from pylog.storage.codec.columns import varint_sizes
 
     vals = np.array([0, 1, -1, 63, -64, 64, 2**31 - 1, -(2**31), INT64_MAX, INT64_MIN, 2**56, -(2**56)])
-    assert records.varint_sizes(vals).tolist() == [_kernels.python.varint_size(int(v)) for v in vals]
+    assert varint_sizes(vals).tolist() == [_kernels.python.varint_size(int(v)) for v in vals]
 
 
 # --------------------------------------------------------------------------- fixtures
