@@ -47,6 +47,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import secrets
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -518,9 +519,6 @@ def _stage_batch(
         )
         for p, enc in sorted(encoded.items()):
             f = files[(topic, p)]
-            # a stager first removes what an earlier run of this batch left (a restarted query
-            # numbers its task attempts from 0 again), or the replayed commit would publish
-            # those rows twice (reliability campaign)
             f.write(enc.buffer, enc.batches)
 
 
@@ -534,13 +532,22 @@ BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 
 def _task_ids() -> tuple[int, int, int | None, str | None]:
-    """(partition id, attempt, streaming batch id, streaming query id) of the running task."""
+    """(partition id, attempt, streaming batch id, streaming query id) of the running task.
+
+    The attempt names this task's staged files, so it is unique to this run of the task:
+    Spark's attempt number starts from 0 again when a failed query is restarted, and a task
+    of the failed run may still be running then (a zombie, e.g. one still starting up).  Had
+    both runs the same file names, the zombie could write into the files of the new run, even
+    after its commit linked them into the log.  Spark's task attempt id (unique in its
+    SparkContext) with random digits (unique across SparkContexts) keeps them apart; what a
+    zombie leaves is never in a commit message, and is swept after the batch commits."""
     ctx = TaskContext.get()
     if ctx is None:  # pragma: no cover - only inside a Spark task
         return 0, 0, None, None
     batch = ctx.getLocalProperty(BATCH_ID_PROPERTY)
     query = ctx.getLocalProperty(QUERY_ID_PROPERTY)
-    return ctx.partitionId(), ctx.attemptNumber(), None if batch is None else int(batch), query or None
+    attempt = ctx.taskAttemptId() * 10_000 + secrets.randbelow(10_000)
+    return ctx.partitionId(), attempt, None if batch is None else int(batch), query or None
 
 
 STAGE_INLINE_BYTES = 4 << 20
