@@ -546,7 +546,7 @@ def _task_ids() -> tuple[int, int, int | None, str | None]:
         return 0, 0, None, None
     batch = ctx.getLocalProperty(BATCH_ID_PROPERTY)
     query = ctx.getLocalProperty(QUERY_ID_PROPERTY)
-    attempt = ctx.taskAttemptId() * 10_000 + secrets.randbelow(10_000)
+    attempt = ctx.taskAttemptId() * 10**12 + secrets.randbelow(10**12)
     return ctx.partitionId(), attempt, None if batch is None else int(batch), query or None
 
 

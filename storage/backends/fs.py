@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -228,6 +229,29 @@ class _LocalAppend(AppendFile):
 _DIRECT: int | None = getattr(os, "O_DIRECT", None)
 _BLOCK = 4096  # O_DIRECT alignment of memory, file offsets and sizes (a page: enough for any disk)
 _DIRECT_CHUNK = 4 << 20
+_direct_buffers = threading.local()
+
+
+def _aligned_buffer() -> memoryview:
+    """This thread's page-aligned buffer for direct writes (one per thread, not per file: a
+    task appending to many partitions' files at once holds one)."""
+    view: memoryview | None = getattr(_direct_buffers, "view", None)
+    if view is None:
+        import mmap
+
+        view = _direct_buffers.view = memoryview(mmap.mmap(-1, _DIRECT_CHUNK))
+    return view
+
+
+def _write_all(fd: int, data: memoryview, position: int, path: Path) -> None:
+    """``data`` at ``position``, however many writes it takes (a short write is not an error
+    until nothing at all can be written)."""
+    done = 0
+    while done < len(data):
+        n = os.pwrite(fd, data[done:], position + done)
+        if n <= 0:
+            raise StorageIOError.wrap(OSError(errno.EIO, "no byte written"), str(path), "append to it")
+        done += n
 
 
 class _DirectAppend(AppendFile):
@@ -235,28 +259,25 @@ class _DirectAppend(AppendFile):
     written once, fsynced before anyone reads it, and read rarely soon after (a sink's staged
     segments).  Buffered writes copy every byte into the page cache and write it back at
     fsync; here the disk takes the bytes from an aligned buffer, which saves that copy and
-    the page cache's bookkeeping (on a VM whose memory is backed lazily, the copy into new
-    page-cache pages was most of a sink task's CPU).
+    the page cache's bookkeeping (inside Spark, the copy into new page-cache pages was half of
+    a sink task's CPU on a VM).
 
-    Bytes are gathered in an aligned buffer and written in whole blocks; the last partial
-    block is written through the page cache by :meth:`fsync` and :meth:`close` (so the file
-    always has every byte once either returns), and kept to be rewritten whole by the next
-    direct write."""
+    Each :meth:`write` writes the whole blocks it completes, from this thread's aligned buffer;
+    the partial last block (under 4 KiB) stays in memory until the next write completes it,
+    and is written through the page cache by :meth:`fsync` and :meth:`close`.  So the file
+    holds every byte once either returns, and only then: a reader must not read the file while
+    it is written (staged segments are read after the task fsynced them)."""
 
     def __init__(self, path: Path, fd: int, size: int):
-        import mmap
-
         self._path = path
         self._fd = fd  # O_DIRECT
         self._size = size  # bytes written by the caller
-        self._buf = mmap.mmap(-1, _DIRECT_CHUNK)  # page-aligned
-        self._view = memoryview(self._buf)
-        self._start = size - size % _BLOCK  # file position of _buf[0]
-        self._fill = size % _BLOCK  # bytes in _buf
+        self._start = size - size % _BLOCK  # file position of the partial last block
+        self._tail = b""  # the partial last block's bytes
         self._tail_fd: int | None = None  # buffered, for the partial last block
-        if self._fill:  # reopened with a partial last block: continue it
+        if size % _BLOCK:  # reopened with a partial last block: continue it
             with _naming(path, "read its last block"):
-                self._view[: self._fill] = os.pread(self._buffered(), self._fill, self._start)
+                self._tail = os.pread(self._buffered(), size % _BLOCK, self._start)
 
     @classmethod
     def open(cls, path: Path) -> _DirectAppend | None:
@@ -268,11 +289,13 @@ class _DirectAppend(AppendFile):
             if e.errno == errno.EINVAL:  # tmpfs and others: write through the page cache
                 return None
             raise StorageIOError.wrap(e, str(path), "open it for appending") from e
+        appender = None
         try:
-            return cls(path, fd, os.fstat(fd).st_size)
-        except BaseException:
-            os.close(fd)
-            raise
+            appender = cls(path, fd, os.fstat(fd).st_size)
+            return appender
+        finally:
+            if appender is None:
+                os.close(fd)
 
     def _buffered(self) -> int:
         if self._tail_fd is None:
@@ -282,37 +305,32 @@ class _DirectAppend(AppendFile):
     def write(self, data: bytes | bytearray | memoryview) -> int:
         src = memoryview(data).cast("B")
         n = src.nbytes
-        done = 0
+        buf = _aligned_buffer()
         with _naming(self._path, "append to it"):
-            while done < n:
-                k = min(n - done, _DIRECT_CHUNK - self._fill)
-                self._view[self._fill : self._fill + k] = src[done : done + k]
-                self._fill += k
+            fill = len(self._tail)
+            buf[:fill] = self._tail
+            done = 0
+            while True:
+                k = min(n - done, _DIRECT_CHUNK - fill)
+                buf[fill : fill + k] = src[done : done + k]
+                fill += k
                 done += k
-                if self._fill == _DIRECT_CHUNK:
-                    self._drain()
+                whole = fill - fill % _BLOCK
+                if whole and (fill == _DIRECT_CHUNK or done == n):
+                    _write_all(self._fd, buf[:whole], self._start, self._path)
+                    self._start += whole
+                    buf[: fill - whole] = buf[whole:fill]
+                    fill -= whole
+                if done == n:
+                    break
+            self._tail = bytes(buf[:fill])
         self._size += n
         return n
 
-    def _drain(self) -> None:
-        """Write the whole blocks of the buffer; keep the partial last one at its start."""
-        whole = self._fill - self._fill % _BLOCK
-        if not whole:
-            return
-        written = 0
-        while written < whole:
-            written += os.pwrite(self._fd, self._view[written:whole], self._start + written)
-        rest = self._fill - whole
-        self._view[:rest] = self._view[whole : self._fill]
-        self._start += whole
-        self._fill = rest
-
     def _write_tail(self) -> None:
-        """Every byte into the file: whole blocks direct, the partial last block buffered."""
-        self._drain()
-        if self._fill:
-            fd = self._buffered()
-            os.pwrite(fd, self._view[: self._fill], self._start)
+        """The partial last block into the file, through the page cache."""
+        if self._tail:
+            _write_all(self._buffered(), memoryview(self._tail), self._start, self._path)
 
     def size(self) -> int:
         return self._size
@@ -327,9 +345,7 @@ class _DirectAppend(AppendFile):
             self._write_tail()
             os.ftruncate(self._fd, size)
             self._start = size - size % _BLOCK
-            self._fill = size % _BLOCK
-            if self._fill:
-                self._view[: self._fill] = os.pread(self._buffered(), self._fill, self._start)
+            self._tail = os.pread(self._buffered(), size % _BLOCK, self._start) if size % _BLOCK else b""
         self._size = size
 
     def close(self) -> None:
@@ -343,8 +359,6 @@ class _DirectAppend(AppendFile):
                 if fd is not None:
                     os.close(fd)
             self._fd, self._tail_fd = -1, None
-            self._view.release()
-            self._buf.close()
 
 
 class LocalStorage(Storage):

@@ -36,7 +36,7 @@ KERNELS = (
     "plan_batches",
     "write_batches",
     "write_rebuilt",
-    "plan_partitioned",  # a sink task's rows into every partition at once (partitioned.py)
+    "plan_partitioned",  # a sink task's rows into every partition at once (encoding.py)
     "write_partitioned",
     # hashing (cleaner.py, offset_map.py)
     "hash_keys",

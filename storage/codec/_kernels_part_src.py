@@ -3,7 +3,8 @@
 Loaded by :mod:`pylog.storage.codec._kernels` into the same namespace as ``_kernels_src`` (plain
 Python and numba-compiled, under the same rules), whose helpers it calls.  The import below is
 for linters only: importing them at run time would bind the plain module's functions, which the
-compiled copy could not call.
+compiled copy could not call.  (numba's on-disk cache of these kernels is keyed on this file
+only, though they compile in helpers of ``_kernels_src``: after changing one, touch this file.)
 
 A sink task gets Arrow batches whose rows go to many partitions.  Encoding each partition's rows
 separately reads the input once per partition, in strides; here the rows are read once, in

@@ -34,7 +34,7 @@ def constant_column(value: object, type_: pa.DataType, n: int) -> pa.Array:
     """``n`` copies of ``value``: a slice of one array built once per value (for up to 65,536
     rows, about an 8 MiB record set of small records; each record set would otherwise build
     the same topic and partition columns again)."""
-    if n > _CONSTANT_ROWS:
+    if n > _CONSTANT_ROWS or (isinstance(value, str) and len(value) > 64):  # long names: not kept
         return pa.repeat(pa.scalar(value, type_), n)
     key = (value, type_)
     built = _constants.get(key)

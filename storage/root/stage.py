@@ -10,9 +10,9 @@
   can travel in the task's commit message instead (:meth:`FlatStager.finish` ``inline``).
 
 Either way the result is a :class:`~pylog.storage.root.publish.StagedFile` to send to the
-committer.  A stager first removes what an earlier run of the same task attempt left (a
-restarted query numbers its attempts from 0 again), so a replayed commit never publishes
-those rows twice.
+committer.  A stager first removes what an earlier run under the same name left, so a
+replayed commit never publishes those rows twice (the Spark sink names each run of a task
+uniquely, so that a task of a failed run still running cannot write into a new run's files).
 """
 
 from __future__ import annotations

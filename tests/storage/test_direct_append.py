@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 from pathlib import Path
 
@@ -75,4 +76,42 @@ def test_a_failed_direct_write_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(StorageIOError, match=r"b\.log"):
         f.write(b"y" * fs._DIRECT_CHUNK)
     os.close(f._fd)
-    f._fd = -1
+    f._fd = os.open(tmp_path / "b.log", os.O_RDONLY)  # closed by close(), which writes nothing
+    f._tail = b""
+    f.close()
+
+
+def test_short_writes_are_written_on_until_every_byte_is_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write may take fewer bytes than asked (a disk almost full, a signal): fsync must not
+    return with bytes missing."""
+    st_ = _direct(tmp_path)
+    real = os.pwrite
+
+    def short(fd: int, data: object, pos: int) -> int:
+        view = memoryview(data)  # type: ignore[arg-type]
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:  # whole blocks, at most two at a time
+            return real(fd, view[: 2 * fs._BLOCK], pos)
+        return real(fd, view[:10], pos)  # the buffered partial block: 10 bytes at a time
+
+    monkeypatch.setattr(os, "pwrite", short)
+    data = os.urandom(5 * fs._BLOCK + 1234)
+    f = st_.open_append("c.log", direct=True)
+    f.write(data)
+    f.fsync()
+    assert (tmp_path / "c.log").read_bytes() == data
+    f.close()
+
+
+def test_files_written_at_once_share_one_buffer(tmp_path: Path) -> None:
+    """A task appends to one staged file per partition: the aligned buffer is per thread, each
+    file keeps only its partial last block (under 4 KiB)."""
+    st_ = _direct(tmp_path)
+    files = [st_.open_append(f"p{i}.log", direct=True) for i in range(20)]
+    for i, f in enumerate(files):
+        f.write(bytes([i]) * (fs._DIRECT_CHUNK + 100 + i))
+    assert all(len(f._tail) < fs._BLOCK for f in files)
+    for i, f in enumerate(files):
+        f.close()
+        assert (tmp_path / f"p{i}.log").read_bytes() == bytes([i]) * (fs._DIRECT_CHUNK + 100 + i)
