@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 import pylog
@@ -53,6 +54,8 @@ def _warm_up() -> None:
     from pylog.connector import sink  # noqa: F401  (imports pyspark's Python side; no JVM)
 
     records.decode(records.encode([b"x"], key=[b"k"], timestamp=1).tobytes())
+    one = np.zeros(1, np.int64)  # the sink task's encoder (stage_task)
+    records.encode_partitioned(records.EncodeInput.of([b"x"], [b"k"], 1), one, one)
 
 
 _warm_up()
