@@ -57,25 +57,21 @@ def plan_partitioned(  # type: ignore[no-untyped-def]
         if p < 0:
             out_batch[r] = -1
             continue
-        b = state[0, p]
-        cnt = 0
-        if b >= 0:
-            cnt = state[2, p]
-        else:
-            b = nb
-            nb += 1
-            b_part[b] = p
-            b_base_ts[b] = ts[r]
-            b_max_ts[b] = ts[r]
-            state[0, p] = b
-            state[1, p] = HEADER_SIZE
         fixed = varint_size(klen[r]) + max(klen[r], 0) + varint_size(vlen[r]) + max(vlen[r], 0)
         fixed += varint_size(hcnt[r]) + hsize[r]
-        body = 1 + varint_size(wrap64(ts[r] - b_base_ts[b])) + varint_size(cnt) + fixed
-        rec = varint_size(body) + body
-        if cnt > 0 and (state[1, p] + rec > target_bytes or cnt >= max_records):
-            b_bytes[b] = state[1, p]
-            b_count[b] = cnt
+        b = state[0, p]
+        cnt = 0
+        body = 0
+        rec = 0
+        if b >= 0:  # the batch partition p fills: does the record fit?
+            cnt = state[2, p]
+            body = 1 + varint_size(wrap64(ts[r] - b_base_ts[b])) + varint_size(cnt) + fixed
+            rec = varint_size(body) + body
+            if state[1, p] + rec > target_bytes or cnt >= max_records:
+                b_bytes[b] = state[1, p]
+                b_count[b] = cnt
+                b = -1
+        if b < 0:  # a new batch, opened by this record
             b = nb
             nb += 1
             b_part[b] = p

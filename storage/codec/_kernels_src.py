@@ -460,39 +460,23 @@ def plan_batches(  # type: ignore[no-untyped-def]
     base_ts = 0
     for i in range(n):
         r = i if rows is None else rows[i]
-        if cnt == 0:
-            base_ts = ts[r]
-        body = (
-            1
-            + varint_size(wrap64(ts[r] - base_ts))
-            + varint_size(cnt)
-            + varint_size(klen[r])
-            + max(klen[r], 0)
-            + varint_size(vlen[r])
-            + max(vlen[r], 0)
-            + varint_size(hcnt[r])
-            + hsize[r]
-        )
-        rec = varint_size(body) + body
-        if cnt > 0 and (size + rec > target_bytes or cnt >= max_records):
-            out_first[nb] = first
-            out_bytes[nb] = size
-            nb += 1
+        fixed = varint_size(klen[r]) + max(klen[r], 0) + varint_size(vlen[r]) + max(vlen[r], 0)
+        fixed += varint_size(hcnt[r]) + hsize[r]
+        body = 0
+        rec = 0
+        if cnt > 0:  # does the record fit the open batch?
+            body = 1 + varint_size(wrap64(ts[r] - base_ts)) + varint_size(cnt) + fixed
+            rec = varint_size(body) + body
+            if size + rec > target_bytes or cnt >= max_records:
+                out_first[nb] = first
+                out_bytes[nb] = size
+                nb += 1
+                cnt = 0
+        if cnt == 0:  # a new batch, opened by this record
             first = i
             size = HEADER_SIZE
-            cnt = 0
             base_ts = ts[r]
-            body = (
-                1
-                + 1
-                + 1
-                + varint_size(klen[r])
-                + max(klen[r], 0)
-                + varint_size(vlen[r])
-                + max(vlen[r], 0)
-                + varint_size(hcnt[r])
-                + hsize[r]
-            )
+            body = 3 + fixed  # attributes, timestamp delta 0, offset delta 0
             rec = varint_size(body) + body
         out_body[i] = body
         size += rec
