@@ -267,3 +267,16 @@ def test_the_planning_finds_a_topic_created_by_another_process_since_its_known_s
     commitlog._KNOWN[store.url] = (known[0], time.monotonic())  # ... which this one does not know
     meta = sink.prepare_topics(opts(s3_backend))  # no partitions option: it must exist
     assert meta["t"][0] == 2 and "a" in meta
+
+
+def test_every_run_of_a_task_stages_under_names_of_its_own(spark: object) -> None:
+    """A restarted query runs its tasks again from attempt 0, while a task of the failed run
+    may still be running: the attempt in a staging's name must differ between runs, or the old
+    task could write into the files the new run commits."""
+    sc = spark.sparkContext  # type: ignore[attr-defined]
+
+    def attempts() -> list[int]:
+        return sc.parallelize(range(4), 4).map(lambda _: sink._task_ids()[1]).collect()
+
+    first, second = attempts(), attempts()
+    assert len(set(first) | set(second)) == 8, (first, second)
