@@ -146,8 +146,9 @@ def write_partitioned(  # type: ignore[no-untyped-def]
         b = out_batch[r]
         if b < 0:
             continue
-        # the record as write_batches writes it (kept inline: a helper taking these arrays made
-        # both kernels 9x slower in numba)
+        # the record as write_batches writes it, kept inline: a helper taking these 12 arrays
+        # made both kernels 9x slower in numba (163 against 19 ns/row; even inlined, each call
+        # still updates each array's reference count)
         p = write_varint(out, cursor[b], body[r])
         out[p] = 0
         p += 1
