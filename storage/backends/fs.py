@@ -275,6 +275,8 @@ class _DirectAppend(AppendFile):
         self._start = size - size % _BLOCK  # file position of the partial last block
         self._tail = b""  # the partial last block's bytes
         self._tail_fd: int | None = None  # buffered, for the partial last block
+        self._direct = True  # False once the file system refused a direct write
+        self._failed: BaseException | None = None
         if size % _BLOCK:  # reopened with a partial last block: continue it
             with _naming(path, "read its last block"):
                 self._tail = os.pread(self._buffered(), size % _BLOCK, self._start)
@@ -303,29 +305,53 @@ class _DirectAppend(AppendFile):
         return self._tail_fd
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
+        self._check()
         src = memoryview(data).cast("B")
         n = src.nbytes
         buf = _aligned_buffer()
-        with _naming(self._path, "append to it"):
-            fill = len(self._tail)
-            buf[:fill] = self._tail
-            done = 0
-            while True:
-                k = min(n - done, _DIRECT_CHUNK - fill)
-                buf[fill : fill + k] = src[done : done + k]
-                fill += k
-                done += k
-                whole = fill - fill % _BLOCK
-                if whole and (fill == _DIRECT_CHUNK or done == n):
-                    _write_all(self._fd, buf[:whole], self._start, self._path)
-                    self._start += whole
-                    buf[: fill - whole] = buf[whole:fill]
-                    fill -= whole
-                if done == n:
-                    break
-            self._tail = bytes(buf[:fill])
+        try:
+            with _naming(self._path, "append to it"):
+                fill = len(self._tail)
+                buf[:fill] = self._tail
+                done = 0
+                while True:
+                    k = min(n - done, _DIRECT_CHUNK - fill)
+                    buf[fill : fill + k] = src[done : done + k]
+                    fill += k
+                    done += k
+                    whole = fill - fill % _BLOCK
+                    if whole and (fill == _DIRECT_CHUNK or done == n):
+                        self._write_blocks(buf[:whole])
+                        buf[: fill - whole] = buf[whole:fill]
+                        fill -= whole
+                    if done == n:
+                        break
+                self._tail = bytes(buf[:fill])
+        except BaseException as e:  # blocks may be written past what size() counts: unusable
+            self._failed = e
+            raise
         self._size += n
         return n
+
+    def _write_blocks(self, blocks: memoryview) -> None:
+        """Whole blocks at the end of the file: direct, or buffered on a file system that
+        accepts O_DIRECT at open but refuses the writes (EINVAL)."""
+        if self._direct:
+            try:
+                _write_all(self._fd, blocks, self._start, self._path)
+            except OSError as e:
+                if e.errno != errno.EINVAL:
+                    raise
+                self._direct = False
+        if not self._direct:
+            _write_all(self._buffered(), blocks, self._start, self._path)
+        self._start += len(blocks)
+
+    def _check(self) -> None:
+        if self._failed is not None:
+            raise StorageError(
+                f"{self._path}: an earlier write to it failed ({self._failed}); it cannot be appended to"
+            )
 
     def _write_tail(self) -> None:
         """The partial last block into the file, through the page cache."""
@@ -336,6 +362,7 @@ class _DirectAppend(AppendFile):
         return self._size
 
     def fsync(self) -> None:
+        self._check()
         with _naming(self._path, "fsync it"):
             self._write_tail()
             os.fsync(self._fd)
@@ -352,8 +379,9 @@ class _DirectAppend(AppendFile):
         if self._fd < 0:
             return
         try:
-            with _naming(self._path, "write its last bytes"):
-                self._write_tail()
+            if self._failed is None:
+                with _naming(self._path, "write its last bytes"):
+                    self._write_tail()
         finally:
             for fd in (self._fd, self._tail_fd):
                 if fd is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 from pathlib import Path
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 
 from pylog.storage.backends import fs
 from pylog.storage.backends.fs import LocalStorage
-from pylog.storage.errors import StorageIOError
+from pylog.storage.errors import StorageError, StorageIOError
 
 
 def _direct(tmp: Path) -> LocalStorage:
@@ -67,7 +68,7 @@ def test_a_direct_append_writes_more_than_its_buffer_and_truncates(tmp_path: Pat
     assert st_.read("a.log") == big[: fs._BLOCK * 3 + 5] + b"xyz"
 
 
-def test_a_failed_direct_write_names_the_file(tmp_path: Path) -> None:
+def test_a_failed_direct_write_names_the_file_and_the_file_takes_no_more(tmp_path: Path) -> None:
     st_ = _direct(tmp_path)
     f = st_.open_append("b.log", direct=True)
     f.write(b"x" * 10)
@@ -75,10 +76,35 @@ def test_a_failed_direct_write_names_the_file(tmp_path: Path) -> None:
     f._fd = os.open(os.devnull, os.O_RDONLY)
     with pytest.raises(StorageIOError, match=r"b\.log"):
         f.write(b"y" * fs._DIRECT_CHUNK)
-    os.close(f._fd)
-    f._fd = os.open(tmp_path / "b.log", os.O_RDONLY)  # closed by close(), which writes nothing
-    f._tail = b""
+    # blocks may have reached the file past what size() counts: nothing more is written
+    with pytest.raises(StorageError, match=r"b\.log.*earlier write"):
+        f.write(b"z")
+    with pytest.raises(StorageError, match=r"b\.log.*earlier write"):
+        f.fsync()
     f.close()
+    assert (tmp_path / "b.log").read_bytes() == b""
+
+
+def test_a_file_system_refusing_direct_writes_gets_buffered_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Some file systems accept O_DIRECT at open and refuse the writes (EINVAL)."""
+    st_ = _direct(tmp_path)
+    real = os.pwrite
+
+    def refuse(fd: int, data: object, pos: int) -> int:
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real(fd, data, pos)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "pwrite", refuse)
+    data = os.urandom(3 * fs._DIRECT_CHUNK + 999)
+    f = st_.open_append("d.log", direct=True)
+    f.write(data[:5000])
+    f.write(data[5000:])
+    f.fsync()
+    f.close()
+    assert (tmp_path / "d.log").read_bytes() == data
 
 
 def test_short_writes_are_written_on_until_every_byte_is_in(
