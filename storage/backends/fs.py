@@ -239,7 +239,8 @@ def _aligned_buffer() -> memoryview:
     if view is None:
         import mmap
 
-        view = _direct_buffers.view = memoryview(mmap.mmap(-1, _DIRECT_CHUNK))
+        # private: a process forked after writing must not share it with its parent
+        view = _direct_buffers.view = memoryview(mmap.mmap(-1, _DIRECT_CHUNK, flags=mmap.MAP_PRIVATE))
     return view
 
 
@@ -278,8 +279,13 @@ class _DirectAppend(AppendFile):
         self._direct = True  # False once the file system refused a direct write
         self._failed: BaseException | None = None
         if size % _BLOCK:  # reopened with a partial last block: continue it
-            with _naming(path, "read its last block"):
-                self._tail = os.pread(self._buffered(), size % _BLOCK, self._start)
+            try:
+                with _naming(path, "read its last block"):
+                    self._tail = os.pread(self._buffered(), size % _BLOCK, self._start)
+            except BaseException:
+                if self._tail_fd is not None:
+                    os.close(self._tail_fd)
+                raise
 
     @classmethod
     def open(cls, path: Path) -> _DirectAppend | None:
@@ -350,8 +356,9 @@ class _DirectAppend(AppendFile):
     def _check(self) -> None:
         if self._failed is not None:
             raise StorageError(
-                f"{self._path}: an earlier write to it failed ({self._failed}); it cannot be appended to"
-            )
+                f"{self._path}: cannot be appended to any more (an earlier write failed, or it was "
+                f"closed: {self._failed})"
+            ) from self._failed
 
     def _write_tail(self) -> None:
         """The partial last block into the file, through the page cache."""
@@ -368,6 +375,7 @@ class _DirectAppend(AppendFile):
             os.fsync(self._fd)
 
     def truncate(self, size: int) -> None:
+        self._check()
         with _naming(self._path, f"truncate it to {size} bytes"):
             self._write_tail()
             os.ftruncate(self._fd, size)
@@ -383,10 +391,13 @@ class _DirectAppend(AppendFile):
                 with _naming(self._path, "write its last bytes"):
                     self._write_tail()
         finally:
-            for fd in (self._fd, self._tail_fd):
-                if fd is not None:
-                    os.close(fd)
+            fds = (self._fd, self._tail_fd)
             self._fd, self._tail_fd = -1, None
+            self._failed = self._failed or StorageError("closed")
+            for fd in fds:
+                if fd is not None:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
 
 
 class LocalStorage(Storage):

@@ -195,9 +195,12 @@ def parse_stage_name(name: str) -> tuple[str, int, int, int] | None:
     parts = name[len(STAGE_PREFIX) :].split(".")
     if len(parts) in (7, 8) and parts[-1] == staging.STAGED_SUFFIX[1:] and parts[4].isdigit():
         parts = parts[:4]  # a staged segment's file (8: an object, <kind>.<token>.staged)
-    if len(parts) != 4 or not all(p.lstrip("-").isdigit() for p in parts[1:]):
+    if len(parts) != 4 or not all(p.isascii() and p.lstrip("-").isdigit() for p in parts[1:]):
         return None
-    return parts[0], int(parts[1]), int(parts[2]), int(parts[3])
+    try:
+        return parts[0], int(parts[1]), int(parts[2]), int(parts[3])
+    except ValueError:  # e.g. "--3": not a name pylog gave
+        return None
 
 
 @dataclass(frozen=True)

@@ -77,12 +77,13 @@ def test_a_failed_direct_write_names_the_file_and_the_file_takes_no_more(tmp_pat
     with pytest.raises(StorageIOError, match=r"b\.log"):
         f.write(b"y" * fs._DIRECT_CHUNK)
     # blocks may have reached the file past what size() counts: nothing more is written
-    with pytest.raises(StorageError, match=r"b\.log.*earlier write"):
-        f.write(b"z")
-    with pytest.raises(StorageError, match=r"b\.log.*earlier write"):
-        f.fsync()
+    for then in (lambda: f.write(b"z"), f.fsync, lambda: f.truncate(0)):
+        with pytest.raises(StorageError, match=r"b\.log.*earlier write failed"):
+            then()
     f.close()
     assert (tmp_path / "b.log").read_bytes() == b""
+    with pytest.raises(StorageError, match=r"b\.log.*any more"):
+        f.write(b"after close")
 
 
 def test_a_file_system_refusing_direct_writes_gets_buffered_ones(

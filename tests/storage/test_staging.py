@@ -199,6 +199,8 @@ def test_stage_names_parse_and_sweep(tmp_path: Path) -> None:
     assert pub.parse_stage_name(name) == ("q-1", 3, 2, 1)
     assert pub.parse_stage_name(f"{name}.{40:020d}.timeindex.staged") == ("q-1", 3, 2, 1)
     assert pub.parse_stage_name(f"{name}.{40:020d}.timeindex") is None
+    for odd in (".pylog-stage.q.1.2.\u00b2", ".pylog-stage.q.1.2.--3"):  # digits int() refuses: not ours
+        assert pub.parse_stage_name(odd) is None
     root = pylog.open(tmp_path)
     root.create_topic("t", 1, CONFIG)
     staged = stage(root, 5, 0, 300)
