@@ -440,7 +440,6 @@ def plan_batches(  # type: ignore[no-untyped-def]
     hcnt,
     hsize,
     ts,
-    rows,
     target_bytes,
     max_records,
     out_first,
@@ -450,22 +449,20 @@ def plan_batches(  # type: ignore[no-untyped-def]
     """Greedy split of records into batches of at most ``target_bytes`` (a record larger
     than that gets a batch of its own) and at most ``max_records``; returns the count.
 
-    ``out_body[i]`` receives record i's body length (the value of its length varint).  With
-    ``rows`` (else None), record i is row ``rows[i]`` of the columns."""
-    n = klen.shape[0] if rows is None else rows.shape[0]
+    ``out_body[i]`` receives record i's body length (the value of its length varint)."""
+    n = klen.shape[0]
     nb = 0
     first = 0
     size = HEADER_SIZE
     cnt = 0
     base_ts = 0
     for i in range(n):
-        r = i if rows is None else rows[i]
-        fixed = varint_size(klen[r]) + max(klen[r], 0) + varint_size(vlen[r]) + max(vlen[r], 0)
-        fixed += varint_size(hcnt[r]) + hsize[r]
+        fixed = varint_size(klen[i]) + max(klen[i], 0) + varint_size(vlen[i]) + max(vlen[i], 0)
+        fixed += varint_size(hcnt[i]) + hsize[i]
         body = 0
         rec = 0
         if cnt > 0:  # does the record fit the open batch?
-            body = 1 + varint_size(wrap64(ts[r] - base_ts)) + varint_size(cnt) + fixed
+            body = 1 + varint_size(wrap64(ts[i] - base_ts)) + varint_size(cnt) + fixed
             rec = varint_size(body) + body
             if size + rec > target_bytes or cnt >= max_records:
                 out_first[nb] = first
@@ -475,7 +472,7 @@ def plan_batches(  # type: ignore[no-untyped-def]
         if cnt == 0:  # a new batch, opened by this record
             first = i
             size = HEADER_SIZE
-            base_ts = ts[r]
+            base_ts = ts[i]
             body = 3 + fixed  # attributes, timestamp delta 0, offset delta 0
             rec = varint_size(body) + body
         out_body[i] = body
@@ -500,7 +497,6 @@ def write_batches(  # type: ignore[no-untyped-def]
     vdata,
     vlen,
     ts,
-    rows,
     hlist,
     hkoff,
     hkdata,
@@ -515,21 +511,19 @@ def write_batches(  # type: ignore[no-untyped-def]
     base_sequence,
     out_pos,
 ):
-    """Write the planned batches (CRC left 0 for the caller); returns bytes written.  With
-    ``rows`` (else None), record i is row ``rows[i]`` of the columns (``body`` is per record)."""
+    """Write the planned batches (CRC left 0 for the caller); returns bytes written."""
     nb = first.shape[0]
-    n = klen.shape[0] if rows is None else rows.shape[0]
+    n = klen.shape[0]
     pos = 0
     for b in range(nb):
         lo = first[b]
         hi = first[b + 1] if b + 1 < nb else n
         out_pos[b] = pos
-        base_ts = ts[lo if rows is None else rows[lo]]
-        max_t = base_ts
+        base_ts = ts[lo]
+        max_t = ts[lo]
         for i in range(lo, hi):
-            t = ts[i if rows is None else rows[i]]
-            if t > max_t:
-                max_t = t
+            if ts[i] > max_t:
+                max_t = ts[i]
         seq = base_sequence
         if seq >= 0:
             seq = (base_sequence + lo) % 2147483648
@@ -549,22 +543,21 @@ def write_batches(  # type: ignore[no-untyped-def]
             seq,
         )
         for i in range(lo, hi):
-            r = i if rows is None else rows[i]
             p = write_varint(out, p, body[i])
             out[p] = 0
             p += 1
-            p = write_varint(out, p, wrap64(ts[r] - base_ts))
+            p = write_varint(out, p, wrap64(ts[i] - base_ts))
             p = write_varint(out, p, i - lo)
-            p = write_varint(out, p, klen[r])
-            if klen[r] > 0:
-                copy_bytes(out, p, kdata, koff[r], klen[r])
-                p += klen[r]
-            p = write_varint(out, p, vlen[r])
-            if vlen[r] > 0:
-                copy_bytes(out, p, vdata, voff[r], vlen[r])
-                p += vlen[r]
-            p = write_varint(out, p, hlist[r + 1] - hlist[r])
-            for h in range(hlist[r], hlist[r + 1]):
+            p = write_varint(out, p, klen[i])
+            if klen[i] > 0:
+                copy_bytes(out, p, kdata, koff[i], klen[i])
+                p += klen[i]
+            p = write_varint(out, p, vlen[i])
+            if vlen[i] > 0:
+                copy_bytes(out, p, vdata, voff[i], vlen[i])
+                p += vlen[i]
+            p = write_varint(out, p, hlist[i + 1] - hlist[i])
+            for h in range(hlist[i], hlist[i + 1]):
                 kl = hkoff[h + 1] - hkoff[h]
                 p = write_varint(out, p, kl)
                 if kl > 0:

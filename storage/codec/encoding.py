@@ -1,10 +1,9 @@
 """Encoding records into RecordBatch v2 batches: Arrow columns (or Python values) -> bytes.
 
 :func:`encode` takes the columns of one run of records; :class:`EncodeInput` parses columns
-once so that :func:`encode_rows` can encode any subset of their rows, and
-:func:`encode_partitioned` the rows of every partition at once, in one pass over the input (a
-sink task's Arrow batch, whose rows go to many partitions).  Each record's bytes are copied
-once, from the input into its batch.  The per-record loops are the kernels of
+once so that :func:`encode_partitioned` encodes the rows of every partition at once, in one
+pass over the input (a sink task's Arrow batch, whose rows go to many partitions).  Each
+record's bytes are copied once, from the input into its batch.  The per-record loops are the kernels of
 ``_kernels_src``/``_kernels_part_src``; one Python step per *batch* remains (CRC, compression).
 
 Byte layouts: batch header in :mod:`batch`, record layout in :mod:`_kernels_src`.
@@ -53,8 +52,8 @@ class EncodedBatches:
 
 @dataclass(frozen=True)
 class EncodeInput:
-    """The per-record columns of :func:`encode`, parsed once: :func:`encode_rows` encodes any
-    subset of the rows without copying their bytes first (a sink task encodes each partition's
+    """The per-record columns of :func:`encode`, parsed once: :func:`encode_partitioned`
+    encodes each partition's rows without copying their bytes first (a sink task encodes the
     rows of one Arrow batch straight from it)."""
 
     n: int
@@ -129,60 +128,9 @@ def encode(
     ``max_records`` records, then compressed with ``codec``.
     """
     _check_encode_options(batch_bytes, max_records, timestamp_type)
-    return encode_rows(
-        EncodeInput.of(value, key, timestamp, headers),
-        None,
-        base_offset=base_offset,
-        codec=codec,
-        level=level,
-        batch_bytes=batch_bytes,
-        max_records=max_records,
-        timestamp_type=timestamp_type,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=base_sequence,
-        is_transactional=is_transactional,
-        is_control=is_control,
-        partition_leader_epoch=partition_leader_epoch,
-    )
-
-
-def _check_encode_options(batch_bytes: int, max_records: int, timestamp_type: int) -> None:
-    """Refuse bad options before any input is parsed."""
-    if batch_bytes < HEADER_SIZE + MIN_RECORD_BYTES:
-        raise ConfigError(f"batch_bytes must be at least {HEADER_SIZE + MIN_RECORD_BYTES}, got {batch_bytes}")
-    if not 1 <= max_records <= K.INT32_MAX:
-        raise ConfigError(f"max_records must be in [1, {K.INT32_MAX}], got {max_records}")
-    if timestamp_type not in (0, 1):
-        raise ConfigError(f"timestamp_type must be 0 (CreateTime) or 1 (LogAppendTime), got {timestamp_type}")
-
-
-def encode_rows(
-    inp: EncodeInput,
-    rows: np.ndarray | None,
-    *,
-    base_offset: int = 0,
-    codec: int | str = compression.NONE,
-    level: int | None = None,
-    batch_bytes: int = DEFAULT_BATCH_BYTES,
-    max_records: int = K.INT32_MAX,
-    timestamp_type: int = 0,
-    producer_id: int = -1,
-    producer_epoch: int = -1,
-    base_sequence: int = -1,
-    is_transactional: bool = False,
-    is_control: bool = False,
-    partition_leader_epoch: int = -1,
-) -> EncodedBatches:
-    """:func:`encode` of the rows ``rows`` (indexes into ``inp``, in the order given; None:
-    all of them): each record's bytes are copied once, from the input into its batch."""
-    _check_encode_options(batch_bytes, max_records, timestamp_type)
     codec_id = compression.codec_id(codec)
-    if rows is not None:
-        rows = np.asarray(rows, dtype=np.int64)
-        if rows.shape[0] and (int(rows.min()) < 0 or int(rows.max()) >= inp.n):
-            raise IndexError(f"rows must index the {inp.n} records")
-    n = inp.n if rows is None else int(rows.shape[0])
+    inp = EncodeInput.of(value, key, timestamp, headers)
+    n = inp.n
     if n == 0:
         return EncodedBatches(
             np.zeros(0, np.uint8), parse_headers(np.zeros(0, np.uint8), *(np.zeros(0, np.int64),) * 3)
@@ -197,7 +145,6 @@ def encode_rows(
         inp.h_cnt,
         inp.h_size,
         inp.ts,
-        rows,
         batch_bytes,
         max_records,
         first,
@@ -226,7 +173,6 @@ def encode_rows(
         inp.v_data,
         inp.v_len,
         inp.ts,
-        rows,
         inp.h_list,
         inp.hk_off,
         inp.hk_data,
@@ -247,6 +193,16 @@ def encode_rows(
     return EncodedBatches(out, parse_headers(out, pos, nbytes, np.full(nb, 2, np.int64)))
 
 
+def _check_encode_options(batch_bytes: int, max_records: int, timestamp_type: int) -> None:
+    """Refuse bad options before any input is parsed."""
+    if batch_bytes < HEADER_SIZE + MIN_RECORD_BYTES:
+        raise ConfigError(f"batch_bytes must be at least {HEADER_SIZE + MIN_RECORD_BYTES}, got {batch_bytes}")
+    if not 1 <= max_records <= K.INT32_MAX:
+        raise ConfigError(f"max_records must be in [1, {K.INT32_MAX}], got {max_records}")
+    if timestamp_type not in (0, 1):
+        raise ConfigError(f"timestamp_type must be 0 (CreateTime) or 1 (LogAppendTime), got {timestamp_type}")
+
+
 def encode_partitioned(
     inp: EncodeInput,
     parts: np.ndarray,
@@ -258,7 +214,7 @@ def encode_partitioned(
     max_records: int = K.INT32_MAX,
     timestamp_type: int = 0,
 ) -> dict[int, EncodedBatches]:
-    """Each partition's rows of ``inp`` as the batches :func:`encode_rows` makes of them (same
+    """Each partition's rows of ``inp`` as the batches :func:`encode` makes of them (same
     bytes), in one pass over the rows: row ``r`` goes to partition ``parts[r]`` (< 0: to none),
     partition ``p``'s records are numbered from ``base_offsets[p]``.  Returns the batches of
     every partition that got rows."""

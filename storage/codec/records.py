@@ -46,7 +46,6 @@ from pylog.storage.codec.encoding import (  # encoding is its own module; these 
     control_batch,
     encode,
     encode_partitioned,
-    encode_rows,
 )
 from pylog.storage.errors import CorruptRecordError
 
@@ -482,5 +481,4 @@ __all__ = [
     "decode",
     "encode",
     "encode_partitioned",
-    "encode_rows",
 ]
