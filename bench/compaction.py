@@ -62,7 +62,7 @@ def _config(segment_bytes: int) -> Any:
 
 def generate(root: Path, n_keys: int, n_records: int, segment_bytes: int) -> tuple[int, int]:
     """Write the log; returns (bytes, distinct keys written)."""
-    from pylog.storage.backends.fs import LocalStorage
+    from pylog.storage.backends.local import LocalStorage
     from pylog.storage.partition.loader import open_log
 
     lg = open_log(LocalStorage(root), DIR, _config(segment_bytes), had_clean_shutdown=True)
@@ -122,7 +122,7 @@ def peak_rss_mb() -> float:
 
 def child(root: str, dedupe: int, segment_bytes: int) -> None:
     """Run in a fresh process: compact the log at ``root`` and print one JSON line."""
-    from pylog.storage.backends.fs import LocalStorage
+    from pylog.storage.backends.local import LocalStorage
     from pylog.storage.config import CleanerConfig
     from pylog.storage.maintenance.cleaner import Cleaner
     from pylog.storage.maintenance.runner import maintain

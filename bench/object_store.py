@@ -41,7 +41,8 @@ from pylog.storage.codec import records
 from pylog.storage.maintenance.merge import COMMIT_SMALL_MAX
 from pylog.storage.maintenance.runner import maintain
 from pylog.storage.root import publish as pub
-from pylog.storage.root.manager import Root, open_root, open_staging, partition_dir
+from pylog.storage.root.manager import Root, partition_dir
+from pylog.storage.root.opening import open_root, open_staging
 
 BUCKET = "pylog-bench"
 STAGE_INLINE_BYTES = 4 << 20  # connector.sink.STAGE_INLINE_BYTES (not imported: no pyspark needed)

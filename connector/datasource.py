@@ -12,11 +12,11 @@ a drop-in for Spark's Kafka source over a pylog root (same schema, options and o
 (``spark.dataSource.register(DefaultSource)`` works too).  It only checks the options and the
 schema and hands over to the readers and writers below it:
 
-    datasource                      DefaultSource (this module)
-    source | stream | sink          batch reader | micro-batch reader | writers
-    scan                            reading one planned range (executors)
-    offsets | pushdown              listing, resolving and splitting offsets | filter pushdown
-    options | progress              option parsing | consumed offsets
+    datasource                          DefaultSource (this module)
+    source | stream | sink              batch reader | micro-batch reader | writers
+    scan                                reading one planned range (executors)
+    offsets | pushdown                  listing, resolving and splitting offsets | filter pushdown
+    options | progress | sink_options   source options | consumed offsets | sink options, columns
 
 Each module imports only from the lines below its own (an import-linter contract in
 pyproject.toml checks it).

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pylog.storage.root.manager as manager
+import pylog.storage.root.opening as opening
 from pylog.storage.maintenance.detached import DetachedReport, clean_detached
 from pylog.storage.maintenance.runner import maintain
 
@@ -108,7 +109,7 @@ def plan(
     path: str, storage_options: Mapping[str, Any] | None, topics: Iterable[str] | None
 ) -> list[TopicPartition]:
     """The partitions of ``topics`` (all by default) that hold data."""
-    with manager.open_root(path, storage_options, read_only=True) as root:
+    with opening.open_root(path, storage_options, read_only=True) as root:
         names = root.topics() if topics is None else list(topics)
         out = []
         for t in names:
@@ -134,7 +135,7 @@ def run_partition(
     started = time.monotonic()
 
     def opener(read_only: bool) -> manager.Root:
-        return manager.open_root(path, storage_options, read_only=read_only, lock_timeout=lock_timeout_s)
+        return opening.open_root(path, storage_options, read_only=read_only, lock_timeout=lock_timeout_s)
 
     with opener(True) as reader:
         transactional = reader.transactional

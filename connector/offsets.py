@@ -36,7 +36,8 @@ from pylog.connector.options import (
 from pylog.storage.errors import DataLossError, PylogError, UnknownTopicError
 from pylog.storage.partition import transactions
 from pylog.storage.partition.log import Log
-from pylog.storage.root.manager import Root, open_root
+from pylog.storage.root.manager import Root
+from pylog.storage.root.opening import open_root
 
 log = logging.getLogger("pylog.connector")
 

@@ -6,8 +6,9 @@
 
 A generated block sits between ``<!-- reference:NAME -->`` and ``<!-- /reference:NAME -->``.
 The tables come from ``pylog.connector.options.OPTIONS`` (source options and their values),
-``pylog.connector.sink.SINK_OPTIONS`` (sink options), ``pylog.storage.backends.objectstore.PYLOG_OPTIONS``
-(pylog's own storage options of object-store roots), ``LogConfig`` (topic configs, defaults and
+``pylog.connector.sink_options.SINK_OPTIONS`` (sink options),
+``pylog.storage.backends.objectstore.PYLOG_OPTIONS`` (pylog's own storage options of object-store
+roots), ``LogConfig`` (topic configs, defaults and
 broker synonyms), ``CleanerConfig`` (the cleaner settings, and which of them have no effect) and
 ``pylog.cli.COMMANDS`` (the CLI).  Defaults are written here once, as
 users read them, and checked against what the option parsers actually produce, so that a
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from pylog.cli import COMMANDS
 from pylog.connector.options import DEFAULT_GROUP_ID_PREFIX, OPTIONS, parse_options
-from pylog.connector.sink import SINK_OPTIONS, parse_sink_options
+from pylog.connector.sink_options import SINK_OPTIONS, parse_sink_options
 from pylog.storage.backends.objectstore import PYLOG_OPTIONS, ObjectStore
 from pylog.storage.codec import records
 from pylog.storage.config import CleanerConfig, LogConfig
@@ -152,7 +153,7 @@ def _check_sink_defaults() -> None:
     documented = {k.lower() for k in SINK_DOCS}
     if documented != set(SINK_OPTIONS):
         raise SystemExit(
-            f"docs/reference.py: SINK_DOCS and connector/sink.SINK_OPTIONS differ on "
+            f"docs/reference.py: SINK_DOCS and connector/sink_options.SINK_OPTIONS differ on "
             f"{sorted(documented ^ set(SINK_OPTIONS))}"
         )
     o = parse_sink_options({"path": "/data/logs"}, streaming=False)

@@ -38,7 +38,7 @@ from pylog.storage.errors import (
     UnsupportedFormatError,
 )
 from pylog.storage.root.manager import Root
-from pylog.storage.root.manager import open_root as open
+from pylog.storage.root.opening import open_root as open
 
 __all__ = [
     "CommitConflictError",

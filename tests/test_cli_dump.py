@@ -11,7 +11,7 @@ import pytest
 
 from pylog import cli
 from pylog.cli.inspection_commands import dump_command
-from pylog.storage.backends.fs import LocalStorage
+from pylog.storage.backends.local import LocalStorage
 from pylog.storage.codec import records
 from pylog.storage.partition.index import OffsetIndex
 from tests.kafka_fixtures import require_fixtures

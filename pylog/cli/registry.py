@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from pylog.storage.backends.objectstore import is_object_url
 from pylog.storage.errors import ConfigError, PylogError, StorageError
-from pylog.storage.root.manager import Root, open_root
+from pylog.storage.root.manager import Root
+from pylog.storage.root.opening import open_root
 
 Runner = Callable[[argparse.Namespace], int]
 Builder = Callable[[argparse.ArgumentParser], Runner]

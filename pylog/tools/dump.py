@@ -22,11 +22,12 @@ from typing import TextIO
 
 import numpy as np
 
-from pylog.storage.backends.fs import LocalStorage
+from pylog.storage.backends.local import LocalStorage
 from pylog.storage.codec import records
 from pylog.storage.codec.batch import BatchHeaders, as_uint8
 from pylog.storage.errors import CorruptIndexError, CorruptRecordError, DumpError, PylogError
-from pylog.storage.partition.index import OffsetIndex, TimeIndex, TxnIndex
+from pylog.storage.partition.index import OffsetIndex, TimeIndex
+from pylog.storage.partition.txnindex import TxnIndex
 from pylog.tools.dump_lines import (
     HEADER_SIZE_UP_TO_MAGIC,
     INT32_MAX,

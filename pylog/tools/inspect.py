@@ -14,7 +14,7 @@ from typing import Any, TypedDict
 
 import numpy as np
 
-from pylog.storage.backends.fs import LocalStorage
+from pylog.storage.backends.local import LocalStorage
 from pylog.storage.codec import records
 from pylog.storage.errors import PylogError
 from pylog.storage.maintenance.cleanable import log_to_clean

@@ -28,7 +28,9 @@ crashed writer uploaded is unreferenced and removed by :meth:`ObjectStorage.swee
 The manifest format and the resolution of the newest manifest are in
 :mod:`~pylog.storage.backends.manifest`, the orphan sweep in
 :mod:`~pylog.storage.backends.orphans`, the reading and caching of objects in
-:mod:`~pylog.storage.backends.reads`.
+:mod:`~pylog.storage.backends.reads`, the working copy in
+:mod:`~pylog.storage.backends.worktree`, the direct objects in
+:mod:`~pylog.storage.backends.direct`.
 
 Renames and deletions are changes of the tree only (no object is copied), so Kafka's swap
 protocol costs nothing here.  Objects are never appended to: the root seals (rolls) every
@@ -39,105 +41,27 @@ and the compactor merges small ones (:mod:`pylog.storage.maintenance.merge`).
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
-import os
 import re
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from pylog.storage.backends import commitlog, orphans, overlay
-from pylog.storage.backends.dirindex import DirIndex
+from pylog.storage.backends.direct import DirectAppend, DirectObjects
 from pylog.storage.backends.fs import AppendFile, Storage
-from pylog.storage.backends.manifest import DIRECT, MANIFESTS, holds_inline, is_direct, parent, upload_key
+from pylog.storage.backends.manifest import DIRECT, MANIFESTS, is_direct, parent
 from pylog.storage.backends.objectstore import ObjectStore
 from pylog.storage.backends.reads import ObjectReader
 from pylog.storage.backends.snapshot import LOG, Ref, Snapshot
+from pylog.storage.backends.worktree import Entry, VirtualAppend, WorkingTree
 from pylog.storage.errors import CommitConflictError, StorageError
 
 log = logging.getLogger("pylog.storage")
 
 _KAFKA_SEGMENT = re.compile(r"^[A-Za-z0-9._-]+-\d+/\d{20}\.log$")
-
-
-@dataclass
-class _Entry:
-    size: int
-    key: str | None = None  # committed object
-    data: bytes | bytearray | None = None  # inline (committed) or written in this transaction
-    local: bool = False  # written since the last commit
-    patch: bytes | None = None  # 8-byte values read over the object (see snapshot.Ref.patch)
-
-
-class _VirtualAppend(AppendFile):
-    def __init__(self, owner: ObjectStorage, path: str, entry: _Entry):
-        self._owner = owner
-        self._path = path
-        self._entry = entry
-        self._closed = False
-
-    def write(self, data: bytes | bytearray | memoryview) -> int:
-        if self._closed:
-            raise StorageError(f"{self._owner.describe()}/{self._path}: write to a closed file")
-        buf = self._entry.data
-        assert isinstance(buf, bytearray)
-        buf += data
-        self._entry.size = len(buf)
-        self._owner._dirty = True
-        return len(data)
-
-    def size(self) -> int:
-        return self._entry.size
-
-    def fsync(self) -> None:  # durability comes with the commit
-        return None
-
-    def truncate(self, size: int) -> None:
-        buf = self._entry.data
-        assert isinstance(buf, bytearray)
-        del buf[size:]
-        self._entry.size = len(buf)
-        self._owner._dirty = True
-
-    def close(self) -> None:
-        self._closed = True
-
-
-class _DirectAppend(AppendFile):
-    """A direct object is written whole, by one PUT, when it is closed."""
-
-    def __init__(self, owner: ObjectStorage, path: str):
-        self._owner = owner
-        self._path = path
-        self._buf = bytearray()
-        self._closed = False
-
-    def write(self, data: bytes | bytearray | memoryview) -> int:
-        self._buf += data
-        return len(data)
-
-    def size(self) -> int:
-        return len(self._buf)
-
-    def fsync(self) -> None:
-        return None
-
-    def truncate(self, size: int) -> None:
-        del self._buf[size:]
-
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._owner.write_atomic(self._path, bytes(self._buf))
-
-    def detach(self) -> bytes:
-        """The bytes written, and close without writing the object (the caller keeps them)."""
-        self._closed = True
-        return bytes(self._buf)
 
 
 class ObjectStorage(Storage):
@@ -163,14 +87,8 @@ class ObjectStorage(Storage):
         self._base: dict[str, Ref] = {}  # the snapshot's files (never modified)
         self._adopted_base: set[str] | None = None  # keys of staged objects the snapshot holds
         self._adopting: set[str] = set()
-        self._files: dict[str, _Entry | Ref] = {}  # the working tree: Refs are the snapshot's
-        self._touched: set[str] = set()  # paths added, changed or removed since the snapshot
-        self._dirs: set[str] = set()
-        self._tree: DirIndex | None = None  # the working tree's names per directory (lazy: _children)
-        self._direct: dict[str, int] | None = None
-        self._direct_mtimes: dict[str, float] = {}  # of the last listing (staged data's age)
-        self._deferred: list[str] = []
-        self._dirty = False
+        self._tree = WorkingTree(store.url)  # the snapshot's files plus this transaction's changes
+        self._direct = DirectObjects(store)  # staged data and consumer offsets (outside the state)
         self.in_transaction = False
         self.kafka_dir = False
         self.uploads_aborted = 0
@@ -238,7 +156,7 @@ class ObjectStorage(Storage):
         they need, see :mod:`pylog.storage.partition.log`).  Never while this root has changes
         it has not committed.  True if the manifest changed."""
         with self._lock:
-            if self.in_transaction or self._dirty:
+            if self.in_transaction or self._tree.dirty:
                 return False
             before = {p: (e.key, e.size) for p, e in self._base.items()}
             self.refresh()
@@ -263,37 +181,13 @@ class ObjectStorage(Storage):
 
     def _reset_working(self, keep_deferred: bool = False) -> None:
         """Working tree = the manifest's; direct objects are listed again when needed."""
-        files: dict[str, _Entry | Ref] = dict(self._base)
-        dirs = set(self.snapshot.dirs)
-        if files.keys() != self._files.keys() or dirs != self._dirs:
-            self._tree = None  # (after this root's own commit the names are the same)
-        self._files = files
-        self._touched = set()
+        self._tree.reset(self._base, self.snapshot.dirs)
         self._adopting = set()
-        self._dirs = dirs
-        self._direct = None
-        if not keep_deferred:
-            self._deferred = []
-        self._dirty = False
-
-    def _changed(self) -> bool:
-        """Whether the working tree differs from the manifest's (rewriting a checkpoint with the
-        same bytes, or the clean-shutdown marker a writer removes and writes back, is no change)."""
-        if not self._dirty:
-            return False
-        if self._dirs != self.snapshot.dirs:
-            return True
-        for path in self._touched:
-            e, b = self._files.get(path), self._base.get(path)
-            if e is b:
-                continue
-            if e is None or b is None or not e.local or b.data is None or bytes(e.data or b"") != b.data:
-                return True
-        return False
+        self._direct.forget(deferred=not keep_deferred)
 
     def begin(self) -> None:
         self.in_transaction = True
-        self._direct = None  # staged objects of other processes since the last listing
+        self._direct.forget()  # staged objects of other processes since the last listing
 
     def rollback(self) -> None:
         with self._lock:
@@ -305,7 +199,7 @@ class ObjectStorage(Storage):
         when there was nothing to publish; raises :class:`CommitConflictError` on a lost race."""
         with self._lock:
             try:
-                if not self._changed():
+                if not self._tree.changed(self._base, self.snapshot.dirs):
                     self._run_deferred()
                     self._reset_working(keep_deferred=False)
                     return False
@@ -320,29 +214,7 @@ class ObjectStorage(Storage):
             orphans.check_empty_prefix(self.store)
         self.store.probe()
         token = uuid.uuid4().hex
-        files = dict(self.snapshot.files)  # then what this transaction touched
-        uploads: list[tuple[str, bytes]] = []
-        for path in sorted(self._touched):
-            e = self._files.get(path)
-            if e is None:
-                files.pop(path, None)
-            elif isinstance(e, Ref):
-                files[path] = e
-            elif e.local:
-                data = bytes(e.data or b"")
-                if holds_inline(path, len(data)):
-                    files[path] = Ref(len(data), data=data)
-                else:
-                    key = upload_key(path, token)
-                    uploads.append((key, data))
-                    files[path] = Ref(len(data), key=key)
-            else:
-                base = self.snapshot.files.get(path)
-                files[path] = (
-                    base
-                    if base is not None and base.key == e.key and base.patch == e.patch
-                    else Ref(e.size, e.key, None if e.data is None else bytes(e.data), e.patch)
-                )
+        files, uploads = self._tree.changes(self.snapshot, token)
         self._step("before-upload")
         uploaded_at = time.monotonic()
         self.store.put_many(uploads)
@@ -367,14 +239,14 @@ class ObjectStorage(Storage):
                 self.store,
                 self.snapshot,
                 files,
-                set(self._dirs),
+                set(self._tree.dirs),
                 token=token,
                 now=now,
                 confirmed_at=self._confirmed_at,
                 mergers=self.mergers,
                 read=self._read_ref,
                 step=step,
-                touched=self._touched,
+                touched=self._tree.touched,
             )
         except BaseException as e:
             conflict = isinstance(e, CommitConflictError)
@@ -410,9 +282,7 @@ class ObjectStorage(Storage):
         return self._adopted_base | self._adopting
 
     def _run_deferred(self, extra: list[str] | None = None) -> None:
-        adopted = self._adopted() if self._deferred else set()
-        keys = [DIRECT + p for p in self._deferred if DIRECT + p not in adopted] + list(extra or [])
-        self._deferred = []
+        keys = self._direct.take_deferred(self._adopted) + list(extra or [])
         if keys:
             try:
                 self.store.delete(keys)
@@ -444,35 +314,19 @@ class ObjectStorage(Storage):
 
     # ------------------------------------------------------------------ direct objects
 
-    def _direct_listing(self) -> dict[str, int]:
-        if self._direct is None:
-            listed = self.store.list(DIRECT)
-            self._direct = {k[len(DIRECT) :]: size for k, (size, _, _) in listed.items()}
-            self._direct_mtimes = {k[len(DIRECT) :]: mtime for k, (_, mtime, _) in listed.items()}
-        return self._direct
-
     def modified_ms(self, path: str) -> int | None:
         """Direct objects (staged data): the server's modification time as last listed."""
         path = self.check_relative(path)
-        if not is_direct(path) or path not in self._direct_listing():
-            return None
-        mtime = self._direct_mtimes.get(path)
-        return None if not mtime else int(float(mtime) * 1000)
+        return self._direct.modified_ms(path) if is_direct(path) else None
 
     # ------------------------------------------------------------------ Storage
-
-    def _entry(self, path: str) -> _Entry | Ref:
-        e = self._files.get(path)
-        if e is None:
-            raise FileNotFoundError(f"{self.store.url}/{path}: no such file")
-        return e
 
     def read(self, path: str, start: int = 0, end: int | None = None) -> bytes:
         path = self.check_relative(path)
         if is_direct(path):
-            return self.store.get(DIRECT + path, start or None, end)
+            return self._direct.read(path, start, end)
         with self._lock:
-            e = self._entry(path)
+            e = self._tree.entry(path)
         end = e.size if end is None else min(end, e.size)
         if start >= end:
             return b""
@@ -489,115 +343,71 @@ class ObjectStorage(Storage):
     def size(self, path: str) -> int:
         path = self.check_relative(path)
         if is_direct(path):
-            try:
-                return self._direct_listing()[path]
-            except KeyError:
-                raise StorageError(f"{self.store.url}/{path}: no such object") from None
-        return self._entry(path).size
+            return self._direct.size(path)
+        return self._tree.entry(path).size
 
     def exists(self, path: str) -> bool:
         path = self.check_relative(path)
         if is_direct(path):
-            return path in self._direct_listing()
-        return path in self._files or self.isdir(path)
+            return path in self._direct.listing()
+        return path in self._tree.files or self.isdir(path)
 
     def isdir(self, path: str) -> bool:
         path = self.check_relative(path)
-        return path == "" or path in self._dirs
-
-    def _set(self, path: str, entry: _Entry | Ref) -> None:
-        """Put a file into the working tree (its directory too)."""
-        if path not in self._files:
-            self._tree_add(path)
-        self._files[path] = entry
-        self._touched.add(path)
-        d = parent(path)
-        if d and d not in self._dirs:
-            self._dirs.add(d)
-            self._tree_add(d)
-
-    def _tree_add(self, path: str) -> None:
-        if self._tree is not None:  # (otherwise built from the tree when next needed)
-            self._tree.add(path)
-
-    def _tree_remove(self, path: str) -> None:
-        if self._tree is not None:
-            self._tree.remove(path, lambda p: p in self._files or p in self._dirs)
-
-    def _children(self) -> DirIndex:
-        """The working tree's names per directory: built when a state with other names is
-        loaded, then kept up to date as files come and go."""
-        if self._tree is None:
-            self._tree = DirIndex(itertools.chain(self._files, self._dirs))
-        return self._tree
+        return path == "" or path in self._tree.dirs
 
     def listdir(self, path: str = "") -> list[str]:
         path = self.check_relative(path)
         with self._lock:
-            names = self._children().names(path)
+            names = self._tree.names(path)
         if path == "":  # consumer offsets: written by other roots at any time
             if not self.in_transaction:
-                self._direct = None
-            names.update(p.split("/", 1)[0] for p in self._direct_listing() if p not in self._deferred)
+                self._direct.forget()
+            names.update(self._direct.tops())
         return sorted(names)
 
     def listdir_staged(self, path: str) -> list[str]:
         """Staged objects under ``path`` (one LIST of the direct objects per transaction)."""
         path = self.check_relative(path)
-        prefix = f"{path}/"
-        adopted = self._adopted()
-        return sorted(
-            p[len(prefix) :]
-            for p in self._direct_listing()
-            if p.startswith(prefix)
-            and "/" not in p[len(prefix) :]
-            and p not in self._deferred
-            and DIRECT + p not in adopted
-        )
+        return self._direct.staged(path, self._adopted())
 
     def makedirs(self, path: str) -> None:
         path = self.check_relative(path)
         self._check_writable(path)
         with self._lock:
-            while path and path not in self._dirs:
-                self._dirs.add(path)
-                self._tree_add(path)
-                self._dirty = True
-                path = parent(path)
+            self._tree.makedirs(path)
 
     def _check_writable(self, path: str) -> None:
         if self.read_only:
             raise StorageError(f"{self.store.url}/{path}: the root was opened read-only")
 
-    def _local(self, path: str, keep: bool) -> _Entry:
+    def _local(self, path: str, keep: bool) -> Entry:
         """The working-copy entry of ``path``, copied into memory on first write."""
-        e = self._files.get(path)
-        if isinstance(e, _Entry) and e.local:
+        e = self._tree.files.get(path)
+        if isinstance(e, Entry) and e.local:
             return e
         data = bytearray()
         if e is not None and keep and e.size:
             log.debug("%s/%s: copying an existing object to modify it", self.store.url, path)
             data = bytearray(self.read(path))
-        new = _Entry(len(data), data=data, local=True)
-        self._set(path, new)
-        self._dirty = True
+        new = Entry(len(data), data=data, local=True)
+        self._tree.put(path, new)
+        self._tree.dirty = True
         return new
 
     def open_append(self, path: str, *, direct: bool = False) -> AppendFile:
         """``direct`` (around a page cache) has no meaning for objects and is ignored."""
         path = self.check_relative(path)
         if is_direct(path):
-            return _DirectAppend(self, path)
+            return DirectAppend(self._direct, path)
         self._check_writable(path)
         with self._lock:
-            return _VirtualAppend(self, path, self._local(path, keep=True))
+            return VirtualAppend(self._tree, path, self._local(path, keep=True))
 
     def write_atomic(self, path: str, data: bytes) -> None:
         path = self.check_relative(path)
         if is_direct(path):
-            self.store.put(DIRECT + path, data)
-            if self._direct is not None:
-                self._direct[path] = len(data)
+            self._direct.put(path, data)
             return
         self._check_writable(path)
         with self._lock:
@@ -615,47 +425,29 @@ class ObjectStorage(Storage):
         src, dst = self.check_relative(src), self.check_relative(dst)
         self._check_writable(src)
         with self._lock:
-            self._set(dst, self._entry(src))
-            del self._files[src]
-            self._touched.add(src)
-            self._tree_remove(src)
-            self._dirty = True
+            self._tree.rename(src, dst)
 
     def delete(self, path: str) -> None:
         path = self.check_relative(path)
         if is_direct(path):
-            if self.in_transaction:  # a commit that loses a race must still find its staged data
-                self._deferred.append(path)
-            elif DIRECT + path not in self._adopted():
-                self.store.delete([DIRECT + path])
-            if self._direct is not None:
-                self._direct.pop(path, None)
+            self._direct.delete(path, defer=self.in_transaction, adopted=self._adopted)
             return
         self._check_writable(path)
         with self._lock:
-            if self._files.pop(path, None) is not None:
-                self._touched.add(path)
-                self._tree_remove(path)
-                self._dirty = True
+            self._tree.remove(path)
 
     def rmdir(self, path: str) -> None:
         path = self.check_relative(path)
         self._check_writable(path)
         with self._lock:
-            if any(p.startswith(path + "/") for p in self._files):  # (rare: a full scan)
-                raise StorageError(f"{self.store.url}/{path}: directory not empty")
-            self._dirs.discard(path)
-            self._tree_remove(path)
-            self._dirty = True
+            self._tree.rmdir(path)
 
     def upload_staged(self, path: str, local_path: str) -> None:
         """Upload the local file ``local_path`` as the staged (direct) object ``path``, streamed."""
         path = self.check_relative(path)
         if not is_direct(path):
             raise StorageError(f"{self.store.url}/{path}: only staged data is uploaded from a file")
-        self.store.put_file(DIRECT + path, local_path)
-        if self._direct is not None:
-            self._direct[path] = os.path.getsize(local_path)
+        self._direct.put_file(path, local_path)
 
     def adopt(self, staged: str, path: str, size: int, patch: bytes | None = None) -> None:
         """Make the staged (direct) object ``staged`` (``size`` bytes, as its writer reported:
@@ -668,9 +460,9 @@ class ObjectStorage(Storage):
         if not is_direct(staged) or is_direct(path):
             raise StorageError(f"{self.store.url}: cannot adopt {staged!r} as {path!r}")
         with self._lock:
-            self._set(path, _Entry(size, key=DIRECT + staged, patch=patch))
+            self._tree.put(path, Entry(size, key=DIRECT + staged, patch=patch))
             self._adopting.add(DIRECT + staged)
-            self._dirty = True
+            self._tree.dirty = True
 
     writes_in_place = False  # tasks stage whole objects; a commit adopts them (adopt, write_at)
 
@@ -681,15 +473,15 @@ class ObjectStorage(Storage):
         path = self.check_relative(path)
         self._check_writable(path)
         with self._lock:
-            e = self._entry(path)
+            e = self._tree.entry(path)
             if e.data is not None:
                 e = self._local(path, keep=True)
                 assert isinstance(e.data, bytearray)
                 for pos, b in edits:
                     e.data[pos : pos + len(b)] = b
                 return
-            self._set(path, _Entry(e.size, key=e.key, patch=overlay.merge(e.patch, edits, e.size, path)))
-            self._dirty = True
+            self._tree.put(path, Entry(e.size, key=e.key, patch=overlay.merge(e.patch, edits, e.size, path)))
+            self._tree.dirty = True
 
     def truncate(self, path: str, size: int) -> None:
         path = self.check_relative(path)

@@ -1,9 +1,10 @@
 """Loads the codec's inner loops compiled by numba, or as plain Python.
 
-The loops are in ``_kernels_src`` (entries, records, batches) and ``_kernels_hash_src`` (the
-cleaner's key hashing and offset map, the partitioner's murmur2) and ``_kernels_part_src`` (a sink
-task's rows encoded into every partition in one pass); the files are executed into one module
-per copy, so a kernel calls any helper of another and callers find every kernel on :func:`active`.
+The loops are in ``_kernels_src`` (entries, records), ``_kernels_enc_src`` (batches written and
+rebuilt), ``_kernels_part_src`` (a sink task's rows encoded into every partition in one pass) and
+``_kernels_hash_src`` (the cleaner's key hashing and offset map, the partitioner's murmur2); the
+files are executed into one module per copy, so a kernel calls any helper of another and callers
+find every kernel on :func:`active`.
 
 numba is a declared dependency, so the compiled copy is the normal path.  The plain-Python
 copy is the fallback for platforms without numba and for ``PYLOG_NO_JIT=1``; the tests run
@@ -25,9 +26,11 @@ import threading
 import types
 from pathlib import Path
 
-_SOURCES = tuple(Path(__file__).with_name(f"_kernels{part}_src.py") for part in ("", "_part", "_hash"))
-"""Executed in order into one namespace: the codec's kernels, the partitioned encoder's, then the
-cleaner's hashing ones."""
+_SOURCES = tuple(
+    Path(__file__).with_name(f"_kernels{part}_src.py") for part in ("", "_enc", "_part", "_hash")
+)
+"""Executed in order into one namespace: the codec's decoding kernels and shared helpers, its
+encoding kernels, the partitioned encoder's, then the cleaner's hashing ones."""
 KERNELS = (
     "scan_entries",
     "walk_records",

@@ -16,14 +16,8 @@ partition's rows in their order (the tests hold the two to that).
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pylog.storage.codec._kernels_src import (
-        HEADER_SIZE,
-        copy_bytes,
-        varint_size,
-        wrap64,
-        write_header,
-        write_varint,
-    )
+    from pylog.storage.codec._kernels_enc_src import write_header
+    from pylog.storage.codec._kernels_src import HEADER_SIZE, copy_bytes, varint_size, wrap64, write_varint
 
 
 def plan_partitioned(  # type: ignore[no-untyped-def]

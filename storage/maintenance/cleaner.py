@@ -65,9 +65,9 @@ from pylog.storage.maintenance.offset_map import OffsetMap, hash_spans
 from pylog.storage.maintenance.segment_reads import prefetched, walked
 from pylog.storage.maintenance.throttle import Clock, Sleep, Throttler
 from pylog.storage.partition import transactions
-from pylog.storage.partition.index import TxnIndex
 from pylog.storage.partition.log import Log
 from pylog.storage.partition.segment import LogSegment
+from pylog.storage.partition.txnindex import TxnIndex
 
 Progress = Callable[[int], None]
 """Called with the number of bytes just processed."""

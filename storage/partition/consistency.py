@@ -1,5 +1,6 @@
 """Reading a partition beside its writer: the part of :class:`~pylog.storage.partition.log.Log`
-that keeps a lock-free reader's list of segments true to the directory.
+that finds the batches a read needs (floor segment, index, scan) and keeps a lock-free reader's
+list of segments true to the directory.
 
 Reading beside a writer.  A read-only log (a lock-free reader: Spark tasks, ``pylog consume``)
 holds a list of segments taken from a listing of the directory (:mod:`listing`) and opens
@@ -38,9 +39,10 @@ from typing import TypeVar
 import numpy as np
 
 from pylog.storage.backends.fs import Storage
+from pylog.storage.codec import records
 from pylog.storage.config import LogConfig
 from pylog.storage.errors import OffsetOutOfRangeError, PylogError, StorageError
-from pylog.storage.partition import listing
+from pylog.storage.partition import layout, listing
 from pylog.storage.partition.segment import LogSegment
 
 RELISTS = 100
@@ -71,6 +73,7 @@ class ConsistentReads:
     relistings: int
     _bases: np.ndarray
     _opened_ms: int
+    _layout_checked: layout.Checked
 
     def read_consistently(self, fn: Callable[[list[LogSegment]], T]) -> T:
         """``fn(segments)``, a read of this log's segments that must see all of them (the
@@ -186,3 +189,93 @@ class ConsistentReads:
             f"{self.storage.describe()}/{self.directory}: the segment files changed {RELISTS} times in a "
             f"row while {what}; is more than one writer rewriting them?"
         )
+
+    # ------------------------------------------------------------------ reads of the log
+
+    def _read_contradicts_names(
+        self, seg: LogSegment, offset: int, rs: records.RecordSet, *, relist: bool
+    ) -> bool:
+        """Raise :class:`DamagedLogError` when batches read from ``seg`` contradict the segments'
+        names (a renamed, copied or overlapping segment, see :mod:`layout`): never fewer rows.
+        A read-only log first lists its directory again: True when it changed (read again)."""
+        j = next((i for i, s in enumerate(self.segments) if s is seg), None)
+        if j is None or seg.suffix == DELETED:
+            # (a retired file of a read-only log may be a newer version covering more offsets
+            # than the next one, see _retired: overlapping there is expected)
+            return False
+        try:
+            problem = layout.read_problem(
+                self.segments, j, offset, rs.batches, self._layout_checked, gaps=not self.config.compact
+            )
+        except (OSError, PylogError):
+            if not (self.read_only and relist):
+                raise
+            self._relist(refresh=True)  # a file of the list renamed meanwhile: read again
+            return True
+        if problem is None:
+            return False
+        if self.read_only and relist and self._relist(refresh=True):
+            return True
+        raise layout.damaged_log_error(self.directory, [problem], writer=False)
+
+    def _fetch(
+        self, offset: int, end: int | None, max_bytes: int, *, bound_reads: bool
+    ) -> tuple[LogSegment, int, memoryview, records.RecordSet | None] | None:
+        """The batches from the first one holding an offset >= ``offset`` (below ``end``):
+        (segment, position, bytes, decoded record set when ``bound_reads``), None if there is
+        none.  ``bound_reads``: read no further than the index says offsets below ``end`` can
+        be (a few records of a large segment on an object store cost one small ranged GET).
+
+        For a read-only log, see the module docstring: a failure is retried on a fresh listing
+        when the files changed, and a conclusion that offsets do not exist is checked."""
+        last: BaseException | None = None
+        failed: list[tuple[str, int]] | None = None
+        for _ in range(RELISTS):
+            segs, bases = self.segments, self._bases
+            if self.read_only and offset < segs[0].base_offset:
+                # a list taken after retention removed segments the reader still needs: see
+                # whether their .deleted files are there
+                self._relist()
+                if offset < self.segments[0].base_offset:
+                    raise self._removed(offset)
+                continue
+            try:
+                i, k, got = self._locate(segs, bases, offset, end, max_bytes, bound_reads)
+                rs = None
+                if got is not None and bound_reads:
+                    pos, data = got
+                    rs = records.decode(data, path=segs[k].log_path, base_position=pos)
+            except (OSError, PylogError) as e:
+                if not self.read_only or isinstance(e, OffsetOutOfRangeError) or _files(segs) == failed:
+                    raise  # (the same files failed twice: a real failure)
+                failed, last = _files(segs), e
+                self._relist(refresh=True)
+                continue
+            if not self.read_only or k == i or self._still_listed(segs, i, k):
+                if got is None or not got[1] or (rs is not None and len(rs.batches) == 0):
+                    return None
+                return segs[k], got[0], got[1], rs
+            self._relist()
+        raise self._unsettled(f"reading offset {offset}") from last
+
+    @staticmethod
+    def _locate(
+        segs: list[LogSegment],
+        bases: np.ndarray,
+        offset: int,
+        end: int | None,
+        max_bytes: int,
+        bound_reads: bool,
+    ) -> tuple[int, int, tuple[int, memoryview] | None]:
+        """(index of the floor segment of ``offset``, index of the segment the batches come from
+        (``len(segs)``, or the first one at or above ``end``, when there are none), the batches)."""
+        i = max(0, int(np.searchsorted(bases, offset, side="right")) - 1)
+        for k in range(i, len(segs)):
+            seg = segs[k]
+            if end is not None and seg.base_offset >= end:
+                return i, k, None
+            bound = seg.upper_position(end) if bound_reads and end is not None else None
+            got = seg.read(offset, max_bytes, max_position=bound)
+            if got is not None:
+                return i, k, got
+        return i, len(segs), None

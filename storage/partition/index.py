@@ -1,4 +1,5 @@
-"""Kafka's sparse segment indexes: ``.index`` (offset), ``.timeindex`` (time), ``.txnindex``.
+"""Kafka's sparse segment indexes, ``.index`` (offset) and ``.timeindex`` (time), and the base
+of every index file (the ``.txnindex`` is in :mod:`txnindex`).
 
 Entry layouts (big-endian, files hold nothing but whole entries):
 
@@ -11,12 +12,6 @@ Entry layouts (big-endian, files hold nothing but whole entries):
     | .timeindex |    0 | timestamp         | int64  | max timestamp so far (ms)            |
     | (12 bytes) |    8 | relativeOffset    | int32  | last offset of the batch holding it  |
     +------------+------+-------------------+--------+--------------------------------------+
-    | .txnindex  |    0 | version           | int16  | 0 (Kafka reads only the first byte)  |
-    | (34 bytes) |    2 | producerId        | int64  |                                      |
-    |            |   10 | firstOffset       | int64  | first offset of the aborted txn      |
-    |            |   18 | lastOffset        | int64  | offset of its ABORT marker           |
-    |            |   26 | lastStableOffset  | int64  |                                      |
-    +------------+------+-------------------+--------+--------------------------------------+
 
 Each class reads its whole file into numpy arrays lazily, on first use; the active segment
 appends through :meth:`Storage.open_append`.  Files are never preallocated: they always hold
@@ -27,7 +22,7 @@ Lookups are ``np.searchsorted`` over the in-memory arrays, which grow by doublin
 Sanity checks (Kafka's ``OffsetIndex``/``TimeIndex``/``TransactionIndex.sanityCheck``, and
 more): whole entries only, offsets at or above the base offset and below the next segment's,
 entries ascending, offset-index positions within the ``.log``.  They are vectorized over the
-entries; :meth:`_IndexFile.check_entries` is what a segment runs on every index it loads
+entries; :meth:`IndexFile.check_entries` is what a segment runs on every index it loads
 (through ``validator``), :meth:`sanity_check` adds the whole-entries rule for writers and tools.
 An index whose entries fail the segment's validator is *rejected*: its entries are dropped in
 memory (lookups then return the start of the segment, so readers scan the ``.log``), the file
@@ -36,8 +31,7 @@ is left as it is, and ``rejected`` says why; a writer's loader rebuilds it.
 I/O errors (a full or failing disk) raise ``OSError`` with the index file's path as
 ``filename`` (the OS names no file for a failed ``write(2)``); a short write is one too.
 
-``.index`` and ``.timeindex`` files are created on the first append (or :meth:`create`);
-``.txnindex`` only when an aborted transaction is appended, as Kafka does.
+``.index`` and ``.timeindex`` files are created on the first append (or :meth:`create`).
 """
 
 from __future__ import annotations
@@ -47,7 +41,7 @@ import errno
 import logging
 import struct
 from collections.abc import Callable, Iterator
-from typing import ClassVar, NamedTuple
+from typing import ClassVar
 
 import numpy as np
 
@@ -58,19 +52,15 @@ log = logging.getLogger("pylog.storage")
 
 OFFSET_ENTRY = struct.Struct(">ii")  # relativeOffset, position
 TIME_ENTRY = struct.Struct(">qi")  # timestamp, relativeOffset
-TXN_ENTRY = struct.Struct(">hqqqq")  # version, producerId, firstOffset, lastOffset, lastStableOffset
 
 INT32_MAX = 2**31 - 1
 DEFAULT_MAX_INDEX_BYTES = 10485760  # segment.index.bytes
 NO_TIMESTAMP = -1
-TXN_VERSION = 0
 
 _OFFSET_DTYPE = np.dtype([("rel", ">i4"), ("pos", ">i4")])
 _TIME_DTYPE = np.dtype([("ts", ">i8"), ("rel", ">i4")])
-_TXN_DTYPE = np.dtype([("version", ">i2"), ("pid", ">i8"), ("first", ">i8"), ("last", ">i8"), ("lso", ">i8")])
 assert _OFFSET_DTYPE.itemsize == OFFSET_ENTRY.size
 assert _TIME_DTYPE.itemsize == TIME_ENTRY.size
-assert _TXN_DTYPE.itemsize == TXN_ENTRY.size
 
 
 @contextlib.contextmanager
@@ -94,17 +84,7 @@ def check_written(path: str, written: int | None, wanted: int) -> None:
         )
 
 
-class TxnEntries(NamedTuple):
-    """The entries of a transaction index, one int64 array per field, in file order."""
-
-    version: np.ndarray
-    producer_id: np.ndarray
-    first_offset: np.ndarray
-    last_offset: np.ndarray
-    last_stable_offset: np.ndarray
-
-
-class _IndexFile:
+class IndexFile:
     """File handling shared by the three index kinds: lazy load, append, truncate, rename.
 
     Subclasses keep their entries in ``self._cols`` (int64 arrays of equal capacity, the first
@@ -325,7 +305,7 @@ class _IndexFile:
         return f"{type(self).__name__}({self.path!r}, base_offset={self.base_offset}, entries={n})"
 
 
-class _SparseIndex(_IndexFile):
+class _SparseIndex(IndexFile):
     """Offset and time indexes: a maximum size, Kafka's ``maxEntries``."""
 
     def __init__(
@@ -552,87 +532,11 @@ class TimeIndex(_SparseIndex):
         self._check_ascending(offs, "offset", strict=False)
 
 
-class TxnIndex(_IndexFile):
-    """``.txnindex``: the aborted transactions whose ABORT marker is in the segment."""
-
-    ENTRY_SIZE = TXN_ENTRY.size
-    _DTYPE = _TXN_DTYPE
-    _NCOLS = 5  # version, producerId, firstOffset, lastOffset, lastStableOffset
-
-    def _from_raw(self, raw: np.ndarray) -> list[np.ndarray]:
-        return [raw[name].astype(np.int64) for name in ("version", "pid", "first", "last", "lso")]
-
-    def entries(self) -> TxnEntries:
-        """Every entry, one int64 array per field (copies)."""
-        return TxnEntries(*(self._col(i).copy() for i in range(self._NCOLS)))
-
-    def append(self, producer_id: int, first_offset: int, last_offset: int, last_stable_offset: int) -> None:
-        """Append an aborted transaction; ``last_offset`` must be above the previous entry's."""
-        last = self._col(3)
-        if last.shape[0] and last_offset <= last[-1]:
-            raise InvalidOffsetError(
-                f"{self.path}: the last offset of appended transactions must increase sequentially, "
-                f"but {last_offset} is not greater than current last offset {int(last[-1])}"
-            )
-        self._write(TXN_ENTRY.pack(TXN_VERSION, producer_id, first_offset, last_offset, last_stable_offset))
-        self._push(TXN_VERSION, producer_id, first_offset, last_offset, last_stable_offset)
-
-    def aborted_in_range(self, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
-        """(producer ids, first offsets) of the transactions overlapping ``[start, end)``:
-        ``lastOffset >= start`` and ``firstOffset < end`` (Kafka ``collectAbortedTxns``)."""
-        first, last = self._col(2), self._col(3)
-        keep = (last >= start) & (first < end)
-        return self._col(1)[keep].copy(), first[keep].copy()
-
-    def truncate_to(self, offset: int) -> None:
-        """Drop the first entry whose lastOffset is >= ``offset`` and everything after it."""
-        hit = self._col(3) >= offset
-        self._truncate_entries(int(np.argmax(hit)) if hit.any() else self._n)
-
-    def sanity_check(self, *, log_size: int | None = None, end_offset: int | None = None) -> None:
-        """Kafka's ``TransactionIndex.sanityCheck`` (every lastOffset >= base offset), a check
-        for a trailing partial entry (which Kafka silently ignores), then :meth:`check_entries`."""
-        last = self._col(3)
-        bad = np.nonzero(last < self.base_offset)[0]
-        if bad.size:
-            i = int(bad[0])
-            v, pid, first, lo, lso = (int(self._cols[c][i]) for c in range(self._NCOLS))
-            raise self._corrupt(
-                f"Last offset of aborted transaction AbortedTxn(version={v}, producerId={pid}, "
-                f"firstOffset={first}, lastOffset={lo}, lastStableOffset={lso}) in index is less "
-                f"than start offset {self.base_offset}"
-            )
-        partial = self._partial_bytes()
-        if partial:
-            raise self._corrupt(
-                f"Transaction index file is corrupt, found {self._file_bytes} bytes which is not a "
-                f"multiple of {self.ENTRY_SIZE} (a partial entry of {partial} bytes at the end)"
-            )
-        self.check_entries(log_size=log_size, end_offset=end_offset)
-
-    def check_entries(self, *, log_size: int | None = None, end_offset: int | None = None) -> None:
-        """Last offsets (those of the ABORT markers, in this segment) strictly ascending within
-        [base offset, ``end_offset``), each transaction's first offset at or below its last."""
-        first, last = self._col(2), self._col(3)
-        if last.shape[0] == 0:
-            return
-        self._check_offset_range(last, end_offset, "lastOffset")
-        self._check_ascending(last, "lastOffset", strict=True)
-        bad = np.nonzero(first > last)[0]
-        if bad.size:
-            i = int(bad[0])
-            raise self._corrupt(
-                f"entry {i} has firstOffset {int(first[i])} above its lastOffset {int(last[i])}"
-            )
-
-
 __all__ = [
     "OFFSET_ENTRY",
     "TIME_ENTRY",
-    "TXN_ENTRY",
+    "IndexFile",
     "IndexFullError",
     "OffsetIndex",
     "TimeIndex",
-    "TxnEntries",
-    "TxnIndex",
 ]

@@ -38,6 +38,7 @@ from typing import Any
 from pylog.storage.backends.fs import Storage, join
 from pylog.storage.config import LogConfig
 from pylog.storage.errors import StorageError
+from pylog.storage.partition import segment_checks
 from pylog.storage.partition.listing import reader_segments
 from pylog.storage.partition.log import Log, now_ms
 from pylog.storage.partition.segment import LogSegment
@@ -182,7 +183,7 @@ def _load_log(
                 # scanned), so opening a log costs no index read per sealed segment.  Kafka's
                 # loader likewise skips the offset and time index sanity checks of segments
                 # below the recovery point (lazy indexes).
-                if seg.missing_indexes():
+                if segment_checks.missing_indexes(seg):
                     _sanity_check_or_rebuild(seg, rec, read_log=False)
                 continue
             # each last offset-index entry is checked against the .log where files can be changed
@@ -192,7 +193,7 @@ def _load_log(
         if first < len(segments):
             _recover_from(segments, first, storage, directory, rec)
         elif segments and segments[-1].log_path not in rec.rebuilt_indexes:
-            problem = segments[-1].tail_problem()
+            problem = segment_checks.tail_problem(segments[-1])
             if problem is not None:  # damage after a clean shutdown: recover the active segment
                 rec.problems.append(problem)
                 _recover_from(segments, len(segments) - 1, storage, directory, rec)
@@ -262,7 +263,10 @@ def _remove_temp_files_and_complete_swaps(
 
 
 def _sanity_check_or_rebuild(seg: LogSegment, rec: Recovery, *, read_log: bool) -> None:
-    missing, damaged = seg.missing_indexes(), seg.index_problems(read_log=read_log)
+    missing, damaged = (
+        segment_checks.missing_indexes(seg),
+        segment_checks.index_problems(seg, read_log=read_log),
+    )
     if not missing and not damaged:
         return
     if damaged:  # reported; a missing index is routine (a crash before it was created)

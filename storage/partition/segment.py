@@ -15,7 +15,7 @@ Damaged indexes are never trusted to skip rows: every index is checked (vectoriz
 when it is loaded (see :mod:`index`), and each index-guided scan checks that the entry it
 starts from points at a batch starting at or below the entry's offset.  An index failing
 either is ignored: the segment is scanned from its start.  A writer's loader also checks that
-the last offset-index entry points at a batch (:meth:`LogSegment.index_problems`) and rebuilds
+the last offset-index entry points at a batch (:mod:`segment_checks`) and rebuilds
 an index failing any check.
 
 I/O errors raise ``OSError`` naming the file (see :func:`index.naming_os_errors`), and a
@@ -36,27 +36,19 @@ from pylog.storage.backends.fs import AppendFile, Storage, join
 from pylog.storage.codec import batch as B
 from pylog.storage.config import LogConfig
 from pylog.storage.errors import (
-    CorruptIndexError,
     CorruptRecordError,
     InvalidOffsetError,
     PylogError,
     StorageIOError,
 )
-from pylog.storage.partition.index import (
-    OffsetIndex,
-    TimeIndex,
-    TxnIndex,
-    check_written,
-    naming_os_errors,
-)
+from pylog.storage.partition.index import OffsetIndex, TimeIndex, check_written, naming_os_errors
+from pylog.storage.partition.txnindex import TxnIndex
 
 log = logging.getLogger("pylog.storage")
 
 READ_CHUNK = 8 << 20
 INT32_MAX = 2**31 - 1
 MAX_OFFSET = 2**63 - 1
-_MIN_BATCH_LENGTH = (14, 22, 49)  # smallest size field of an entry, by magic (header after it)
-_BATCH_PREFIX = 27  # bytes of a v2 header up to and including lastOffsetDelta
 
 
 def segment_name(base_offset: int) -> str:
@@ -262,7 +254,7 @@ class LogSegment:
 
     def position_of(self, offset: int) -> int | None:
         """Position of the first batch holding an offset >= ``offset`` (index-guided)."""
-        for loc in self._batches_for(offset):
+        for loc in self.batches_for(offset):
             hit = np.nonzero(loc.headers.last_offset >= offset)[0]
             if hit.size:
                 return int(loc.headers.position[int(hit[0])])
@@ -279,7 +271,7 @@ class LogSegment:
         limit = self._size if end_position is None else min(end_position, self._size)
         return self.offset_index.lookup(offset, max_position=limit)
 
-    def _batches_for(
+    def batches_for(
         self, offset: int, *, end_position: int | None = None, chunk: int = READ_CHUNK
     ) -> Iterator[Located]:
         """Batches from the one the offset index gives for ``offset`` on (up to
@@ -318,35 +310,11 @@ class LogSegment:
         """:meth:`OffsetIndex.upper_position`, or None (the end) when the index is not trusted."""
         return self.offset_index.upper_position(end) if self._index_trusted else None
 
-    def _batch_problem(self, position: int, offset: int) -> str | None:
-        """Why no batch whose offsets end at or below ``offset`` starts at ``position`` (None:
-        one does; it may be cut short, which is the ``.log``'s damage, not the index's).  Reads
-        the 27 bytes of its header up to its lastOffsetDelta."""
-        with naming_os_errors(self.log_path):
-            raw = self.storage.read(self.log_path, position, min(self._size, position + _BATCH_PREFIX))
-        if len(raw) < 17:
-            return f"fewer than the 17 bytes of a batch header at byte {position} of {self._size}"
-        first = int.from_bytes(raw[0:8], "big", signed=True)
-        length = int.from_bytes(raw[8:12], "big", signed=True)
-        magic = raw[16]
-        if magic > 2 or length < _MIN_BATCH_LENGTH[magic]:
-            return f"no batch starts at byte {position} (magic {magic}, size field {length})"
-        last = first  # a legacy entry's offset is its last offset
-        if magic == 2:
-            if len(raw) < _BATCH_PREFIX:
-                return f"the batch header at byte {position} is cut short"
-            last = first + int.from_bytes(raw[23:27], "big", signed=True)
-        if not self.base_offset <= first <= last <= offset:
-            return (
-                f"the batch at byte {position} holds offsets {first}..{last}, not ending at or below {offset}"
-            )
-        return None
-
     def _validate_offset_index(self) -> None:
         """Run when the offset index is loaded (no I/O but, rarely, a size): its entries fit the
         segment (see :mod:`index`).  A reader's size of the active segment may be older than
         the index: the file's current size bounds the positions then.  (Each entry is checked
-        against the ``.log`` when a scan starts from it, see :meth:`_batches_for`.)"""
+        against the ``.log`` when a scan starts from it, see :meth:`batches_for`.)"""
         idx = self.offset_index
         size = self._size
         if idx.lookup(MAX_OFFSET)[1] >= size:
@@ -361,39 +329,7 @@ class LogSegment:
         with naming_os_errors(self.log_path):
             return self.storage.size(self.log_path) if self.storage.exists(self.log_path) else 0
 
-    def missing_indexes(self) -> list[str]:
-        """The index files a writer must rebuild because they are missing: the offset index
-        (as Kafka), and the time index of a non-empty segment (its largest timestamp)."""
-        need = [self.offset_index, self.time_index] if self._size else [self.offset_index]
-        return [idx.path for idx in need if not idx.exists()]
-
-    def index_problems(self, *, read_log: bool = True) -> list[str]:
-        """Every index loaded and sanity-checked: the damage found (empty: none).  With
-        ``read_log``, the last offset-index entry is also checked against the ``.log`` (one
-        read: an index page that reached the disk before the log bytes it describes, which
-        only a segment past the last flush can have: the active one)."""
-        problems = []
-        for idx in (self.offset_index, self.time_index, self.txn_index):
-            len(idx)  # load it: the validator runs
-            if idx.rejected is not None:
-                problems.append(str(idx.rejected))
-                continue
-            try:
-                idx.sanity_check(
-                    log_size=self._size if idx is self.offset_index else None,
-                    end_offset=self.next_base_offset,
-                )
-            except CorruptIndexError as e:
-                problems.append(str(e))
-                continue
-            if read_log and idx is self.offset_index and len(idx):
-                last_offset, last_position = idx.lookup(MAX_OFFSET)
-                problem = self._batch_problem(last_position, last_offset)
-                if problem is not None:
-                    problems.append(f"{idx.path}: last entry (offset {last_offset}): {problem}")
-        return problems
-
-    def _invalid_batches(self, loc: Located, prev_last: int) -> np.ndarray:
+    def invalid_batches(self, loc: Located, prev_last: int) -> np.ndarray:
         """Which batches of ``loc`` are invalid content: a CRC mismatch, offsets outside the
         segment or not above ``prev_last`` and the batch before (Kafka's recovery checks)."""
         h = loc.headers
@@ -404,37 +340,6 @@ class LogSegment:
         bad |= h.base_offset <= prev
         return np.asarray(bad, dtype=bool)
 
-    def tail_problem(self) -> str | None:
-        """Whether the end of the segment is valid, cheaply: the batches from the last
-        offset-index entry on pass :meth:`_invalid_batches` and the last one ends exactly at the
-        end of the file.  Returns what is wrong (naming the byte), or None."""
-        if self._size == 0:
-            return None
-        valid_end: int | None = None
-        prev_last = self.base_offset - 1
-        try:
-            for loc in self._batches_for(MAX_OFFSET):
-                h = loc.headers
-                if valid_end is None:
-                    valid_end = int(h.position[0])
-                bad = self._invalid_batches(loc, prev_last)
-                if bad.any():
-                    i = int(np.argmax(bad))
-                    return (
-                        f"{self.log_path}: invalid batch at byte {int(h.position[i])} (bad CRC or "
-                        f"offsets {int(h.base_offset[i])}..{int(h.last_offset[i])} out of order)"
-                    )
-                valid_end, prev_last = int(h.position[-1] + h.size[-1]), int(h.last_offset[-1])
-        except CorruptRecordError as e:
-            return f"{self.log_path}: byte {e.position}: {e.reason}"
-        valid_end = valid_end or 0
-        if valid_end != self._size:
-            return (
-                f"{self.log_path}: {self._size - valid_end} bytes at byte {valid_end} are not a "
-                f"complete batch (the file ends at byte {self._size})"
-            )
-        return None
-
     def read(
         self, offset: int, max_bytes: int, *, max_position: int | None = None, min_one_batch: bool = True
     ) -> tuple[int, memoryview] | None:
@@ -442,7 +347,7 @@ class LogSegment:
         ``max_bytes`` (but at least one batch when ``min_one_batch``): (position, bytes).
         None when the segment holds nothing at or above ``offset`` (below ``max_position``)."""
         limit = self._size if max_position is None else min(self._size, max_position)
-        for loc in self._batches_for(
+        for loc in self.batches_for(
             offset, end_position=limit, chunk=max(1 << 16, min(max_bytes, READ_CHUNK))
         ):
             h = loc.headers
@@ -474,7 +379,7 @@ class LogSegment:
             # recovered the segment) makes it a scan of the whole segment
             last = None
             try:
-                for loc in self._batches_for(MAX_OFFSET):
+                for loc in self.batches_for(MAX_OFFSET):
                     last = int(loc.headers.last_offset[-1]) + 1
             except CorruptRecordError:
                 pass  # a trusted (clean) segment with a bad tail: reads will report it
@@ -487,7 +392,7 @@ class LogSegment:
         from pylog.storage.codec import records
 
         _, ts_off = self.time_index.lookup(timestamp)
-        for loc in self._batches_for(max(ts_off, starting_offset)):
+        for loc in self.batches_for(max(ts_off, starting_offset)):
             h = loc.headers
             cand = np.nonzero((h.max_timestamp >= timestamp) & (h.last_offset >= starting_offset))[0]
             for i in cand.tolist():
@@ -539,7 +444,7 @@ class LogSegment:
         try:
             for loc in self.iter_batches(0):
                 h = loc.headers
-                bad = self._invalid_batches(loc, prev_last)
+                bad = self.invalid_batches(loc, prev_last)
                 n_ok = int(np.argmax(bad)) if bad.any() else len(h)
                 good = h.take(slice(0, n_ok))
                 self._index_batches(good.position, good)
@@ -598,7 +503,7 @@ class LogSegment:
         it; found by the stateful model test)."""
         ts, off = self.time_index.last_entry
         try:
-            for loc in self._batches_for(off):
+            for loc in self.batches_for(off):
                 h = loc.headers
                 i = int(np.argmax(h.max_timestamp))
                 if int(h.max_timestamp[i]) > ts:

@@ -17,14 +17,15 @@ at broker start.  ``close()`` flushes, writes the checkpoints and the clean-shut
 :mod:`~pylog.storage.root.writer` (the writer lock, recovery, checkpoints),
 :mod:`~pylog.storage.root.routing` (the partition of each appended record),
 :mod:`~pylog.storage.root.publish` (acknowledgement and exactly-once publishing),
-:mod:`~pylog.storage.root.txn` (transactions on object stores) and
-:mod:`~pylog.storage.root.reading` (reading ranges, as :mod:`~pylog.storage.root.schema`'s table).
+:mod:`~pylog.storage.root.txn` (transactions on object stores: the ``Transactions`` mixin) and
+:mod:`~pylog.storage.root.reading` (reading ranges, as :mod:`~pylog.storage.root.schema`'s table:
+the ``TableReading`` mixin).  :mod:`~pylog.storage.root.opening` opens a root from a local path
+or an fsspec URL.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -32,27 +33,26 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from pylog.storage.backends.fs import LocalStorage, Storage
+from pylog.storage.backends.fs import Storage
 from pylog.storage.backends.objectfs import ObjectStorage
-from pylog.storage.backends.objectstore import is_object_url
 from pylog.storage.config import LogConfig, validate_topic_name
 from pylog.storage.errors import ConfigError, DamagedLogError, PylogError, ReadOnlyError, TopicExistsError
 from pylog.storage.partition.listing import first_base_offset
 from pylog.storage.partition.loader import Recovery
 from pylog.storage.partition.log import AppendInfo, Log
 from pylog.storage.root import publish as pub
-from pylog.storage.root import reading, writer
-from pylog.storage.root.merging import MERGERS
+from pylog.storage.root import writer
 from pylog.storage.root.metadata import MAX_PARTITIONS, TopicMetadata, partition_count, partition_dir
+from pylog.storage.root.reading import TableReading
 from pylog.storage.root.routing import Router
 from pylog.storage.root.schema import TABLE_SCHEMA
 from pylog.storage.root.txn import Transactions, mutation
 from pylog.storage.root.writer import CLEAN_SHUTDOWN
 
-__all__ = ["CLEAN_SHUTDOWN", "TABLE_SCHEMA", "Root", "open_root", "open_staging", "partition_dir"]
+__all__ = ["CLEAN_SHUTDOWN", "TABLE_SCHEMA", "Root", "partition_dir"]
 
 
-class Root(Transactions):
+class Root(Transactions, TableReading):
     """Topics under one directory.  Use :func:`pylog.open`."""
 
     def __init__(self, storage: Storage, *, read_only: bool = False, lock_timeout: float = 0.0):
@@ -501,135 +501,6 @@ class Root(Transactions):
             self.storage, sink_id, up_to_batch, partitions, state=self._state, now=now, max_age_ms=max_age_ms
         )
 
-    # ------------------------------------------------------------------ reading
-
-    def read_table(
-        self,
-        topic: str,
-        partitions: Sequence[int] | None = None,
-        *,
-        start_offset: int | None = None,
-        end_offset: int | None = None,
-        start_timestamp: Any = None,
-        end_timestamp: Any = None,
-        include_headers: bool = True,
-    ) -> pa.Table:
-        """Records of ``topic`` as a table with Spark's Kafka source columns (:data:`TABLE_SCHEMA`).
-
-        ``partitions`` (default all) are read one after the other, each in offset order, from
-        ``start_offset`` or ``start_timestamp`` (the first offset whose timestamp is >= it, as
-        Spark's ``startingTimestamp``) to ``end_offset`` or ``end_timestamp`` (exclusive: up to
-        the first offset whose timestamp is >= it); timestamps are milliseconds since the epoch,
-        ``datetime`` (naive: UTC) or ``numpy.datetime64``.  A partition with no record at or after
-        ``start_timestamp`` gives no rows; a ``start_offset`` beyond a partition's log end offset is
-        an :class:`OffsetOutOfRangeError`.  See :mod:`pylog.storage.root.reading`; :meth:`read_batches`
-        streams the same rows.
-
-        >>> import pylog, tempfile
-        >>> root = pylog.open(tempfile.mkdtemp())
-        >>> root.create_topic("clicks")
-        >>> _ = root.append("clicks", [b"a", b"b", b"c", b"d"], timestamp=[1000, 2000, 3000, 4000])
-        >>> root.read_table("clicks").column_names
-        ['key', 'value', 'topic', 'partition', 'offset', 'timestamp', 'timestampType', 'headers']
-        >>> root.read_table("clicks", start_offset=1, end_offset=3).column("value").to_pylist()
-        [b'b', b'c']
-        >>> root.read_table("clicks", start_timestamp=2000, end_timestamp=4000).column("offset").to_pylist()
-        [1, 2]
-        >>> from datetime import datetime, timezone
-        >>> three_s = datetime(1970, 1, 1, 0, 0, 3, tzinfo=timezone.utc)
-        >>> root.read_table("clicks", start_timestamp=three_s).num_rows
-        2
-        >>> root.close()
-        """
-        return reading.read_table(
-            self,
-            topic,
-            partitions,
-            start_offset=start_offset,
-            end_offset=end_offset,
-            start_timestamp=start_timestamp,
-            end_timestamp=end_timestamp,
-            include_headers=include_headers,
-        )
-
-    def read_batches(
-        self,
-        topic: str,
-        partitions: Sequence[int] | None = None,
-        *,
-        start_offset: int | None = None,
-        end_offset: int | None = None,
-        start_timestamp: Any = None,
-        end_timestamp: Any = None,
-        max_records: int = 65_536,
-        include_headers: bool = True,
-    ) -> Iterator[pa.RecordBatch]:
-        """The rows of :meth:`read_table` as ``pyarrow.RecordBatch`` es of at most ``max_records``
-        rows, read from the log a bounded amount at a time: for ranges too large for memory.
-
-        Arguments are checked, and each partition's range fixed, when it is called.
-
-        >>> import pylog, tempfile
-        >>> root = pylog.open(tempfile.mkdtemp())
-        >>> root.create_topic("clicks", partitions=2)
-        >>> _ = root.append("clicks", [b"v%d" % i for i in range(1000)], key=[b"%d" % i for i in range(1000)])
-        >>> sizes = [b.num_rows for b in root.read_batches("clicks", max_records=300)]
-        >>> sum(sizes), max(sizes) <= 300
-        (1000, True)
-        >>> import pyarrow as pa   # a stream DuckDB, Polars or pyarrow.dataset can scan:
-        >>> from pylog.storage.root.manager import TABLE_SCHEMA
-        >>> reader = pa.RecordBatchReader.from_batches(TABLE_SCHEMA, root.read_batches("clicks"))
-        >>> reader.read_all().num_rows
-        1000
-        >>> root.close()
-        """
-        return reading.read_batches(
-            self,
-            topic,
-            partitions,
-            start_offset=start_offset,
-            end_offset=end_offset,
-            start_timestamp=start_timestamp,
-            end_timestamp=end_timestamp,
-            max_records=max_records,
-            include_headers=include_headers,
-        )
-
-    def to_pandas(
-        self,
-        topic: str,
-        partitions: Sequence[int] | None = None,
-        *,
-        start_offset: int | None = None,
-        end_offset: int | None = None,
-        start_timestamp: Any = None,
-        end_timestamp: Any = None,
-        include_headers: bool = True,
-    ) -> Any:
-        """:meth:`read_table` as a ``pandas.DataFrame`` (needs pandas).
-
-        >>> import pylog, tempfile
-        >>> root = pylog.open(tempfile.mkdtemp())
-        >>> root.create_topic("clicks")
-        >>> _ = root.append("clicks", [b"a", b"b"], key=[b"k", b"k"], timestamp=1_700_000_000_000)
-        >>> df = root.to_pandas("clicks", include_headers=False)
-        >>> list(df.columns)
-        ['key', 'value', 'topic', 'partition', 'offset', 'timestamp', 'timestampType']
-        >>> len(df), str(df["timestamp"].dtype), df["value"].tolist()
-        (2, 'datetime64[ms, UTC]', [b'a', b'b'])
-        >>> root.close()
-        """
-        return reading.to_pandas(
-            self,
-            topic,
-            partitions,
-            start_offset=start_offset,
-            end_offset=end_offset,
-            start_timestamp=start_timestamp,
-            end_timestamp=end_timestamp,
-            include_headers=include_headers,
-        )
-
     # ------------------------------------------------------------------ lifecycle
 
     def flush(self) -> None:
@@ -685,54 +556,3 @@ class Root(Transactions):
 
     def __repr__(self) -> str:
         return f"pylog.Root({self.storage.describe()!r}, topics={self.topics()})"
-
-
-def open_root(
-    path: str | os.PathLike[str],
-    storage_options: Mapping[str, Any] | None = None,
-    *,
-    read_only: bool = False,
-    lock_timeout: float = 0.0,
-    trust_known_s: float = 0.0,
-) -> Root:
-    """Open (creating if needed) a pylog root at a local path or an fsspec URL.
-
-    Local disk: reading needs no lock; the first write takes the root's writer lock, and with
-    ``lock_timeout`` > 0 waits that many seconds for another writer to finish.
-
-    Object stores (``s3://bucket/prefix``, any fsspec filesystem with put-if-absent): every
-    change is published atomically by one commit of the root's commit log; concurrent writers
-    are safe (one that loses a race to a writer of other partitions re-bases its commit).
-    ``trust_known_s``: start from the state this process confirmed newest at most that long
-    ago, without a request (see :meth:`ObjectStorage.refresh`).
-    ``storage_options`` go to fsspec (``endpoint_url``, ``key``, ``secret``,
-    ``client_kwargs.region_name``, ``anon``...), plus pylog's ``pylog.*`` settings."""
-    text = os.fspath(path)
-    if is_object_url(text):
-        storage = ObjectStorage.open(
-            text, dict(storage_options or {}), read_only=read_only, trust_known_s=trust_known_s
-        )
-        storage.mergers = dict(MERGERS)  # a race with a writer of other partitions is re-based
-        return Root(storage, read_only=read_only, lock_timeout=lock_timeout)
-    if storage_options:
-        raise ConfigError(
-            f"{text}: storage options apply to object-store URLs (s3://...), not to local paths"
-        )
-    return Root(
-        LocalStorage(_local_path(text), create=not read_only), read_only=read_only, lock_timeout=lock_timeout
-    )
-
-
-def open_staging(path: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None) -> Storage:
-    """The storage a writer's tasks stage into (:func:`pylog.storage.root.stage.open_stager`),
-    opened without reading the root's state: on an object store it costs no request (a task
-    that knows its topics' partition counts and configs from the driver opens nothing else).
-    Staging writes only the task's own staged files, outside the published state."""
-    text = os.fspath(path)
-    if is_object_url(text):
-        return ObjectStorage.open(text, dict(storage_options or {}), read_only=True, load=False)
-    return LocalStorage(_local_path(text), create=False)
-
-
-def _local_path(text: str) -> str:
-    return text[len("file://") :] if text.startswith("file://") else text

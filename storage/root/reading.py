@@ -3,7 +3,8 @@
 The logic behind :meth:`Root.read_table <pylog.storage.root.manager.Root.read_table>`,
 :meth:`~pylog.storage.root.manager.Root.read_batches` and :meth:`~pylog.storage.root.manager.Root.to_pandas`.
 Rows have the columns of Spark's Kafka source (:data:`~pylog.storage.root.schema.TABLE_SCHEMA`).
-The functions read any :class:`LogSource` (a ``Root`` is one).
+The functions read any :class:`LogSource` (a ``Root`` is one); :class:`TableReading` is the
+mixin that gives ``Root`` those three methods.
 
 A range is resolved per partition into offsets ``[start, end)`` exactly as Spark's Kafka source
 resolves its options:
@@ -256,3 +257,143 @@ def _batches(
 def to_pandas(root: LogSource, topic: str, partitions: Sequence[int] | None = None, **kwargs: Any) -> Any:
     """:func:`read_table` as a ``pandas.DataFrame`` (needs pandas)."""
     return read_table(root, topic, partitions, **kwargs).to_pandas()
+
+
+class TableReading:
+    """The table-reading API of :class:`~pylog.storage.root.manager.Root` (a mixin, as
+    :class:`~pylog.storage.root.txn.Transactions`): :meth:`read_table`, :meth:`read_batches` and
+    :meth:`to_pandas`, each calling the module function of the same name with the root as its
+    :class:`LogSource`."""
+
+    def partitions(self, topic: str) -> int:  # pragma: no cover - Root's
+        raise NotImplementedError
+
+    def log(self, topic: str, partition: int) -> Log:  # pragma: no cover - Root's
+        raise NotImplementedError
+
+    def read_table(
+        self,
+        topic: str,
+        partitions: Sequence[int] | None = None,
+        *,
+        start_offset: int | None = None,
+        end_offset: int | None = None,
+        start_timestamp: Any = None,
+        end_timestamp: Any = None,
+        include_headers: bool = True,
+    ) -> pa.Table:
+        """Records of ``topic`` as a table with Spark's Kafka source columns (:data:`TABLE_SCHEMA`).
+
+        ``partitions`` (default all) are read one after the other, each in offset order, from
+        ``start_offset`` or ``start_timestamp`` (the first offset whose timestamp is >= it, as
+        Spark's ``startingTimestamp``) to ``end_offset`` or ``end_timestamp`` (exclusive: up to
+        the first offset whose timestamp is >= it); timestamps are milliseconds since the epoch,
+        ``datetime`` (naive: UTC) or ``numpy.datetime64``.  A partition with no record at or after
+        ``start_timestamp`` gives no rows; a ``start_offset`` beyond a partition's log end offset is
+        an :class:`OffsetOutOfRangeError`.  See :mod:`pylog.storage.root.reading`; :meth:`read_batches`
+        streams the same rows.
+
+        >>> import pylog, tempfile
+        >>> root = pylog.open(tempfile.mkdtemp())
+        >>> root.create_topic("clicks")
+        >>> _ = root.append("clicks", [b"a", b"b", b"c", b"d"], timestamp=[1000, 2000, 3000, 4000])
+        >>> root.read_table("clicks").column_names
+        ['key', 'value', 'topic', 'partition', 'offset', 'timestamp', 'timestampType', 'headers']
+        >>> root.read_table("clicks", start_offset=1, end_offset=3).column("value").to_pylist()
+        [b'b', b'c']
+        >>> root.read_table("clicks", start_timestamp=2000, end_timestamp=4000).column("offset").to_pylist()
+        [1, 2]
+        >>> from datetime import datetime, timezone
+        >>> three_s = datetime(1970, 1, 1, 0, 0, 3, tzinfo=timezone.utc)
+        >>> root.read_table("clicks", start_timestamp=three_s).num_rows
+        2
+        >>> root.close()
+        """
+        return read_table(
+            self,
+            topic,
+            partitions,
+            start_offset=start_offset,
+            end_offset=end_offset,
+            start_timestamp=start_timestamp,
+            end_timestamp=end_timestamp,
+            include_headers=include_headers,
+        )
+
+    def read_batches(
+        self,
+        topic: str,
+        partitions: Sequence[int] | None = None,
+        *,
+        start_offset: int | None = None,
+        end_offset: int | None = None,
+        start_timestamp: Any = None,
+        end_timestamp: Any = None,
+        max_records: int = 65_536,
+        include_headers: bool = True,
+    ) -> Iterator[pa.RecordBatch]:
+        """The rows of :meth:`read_table` as ``pyarrow.RecordBatch`` es of at most ``max_records``
+        rows, read from the log a bounded amount at a time: for ranges too large for memory.
+
+        Arguments are checked, and each partition's range fixed, when it is called.
+
+        >>> import pylog, tempfile
+        >>> root = pylog.open(tempfile.mkdtemp())
+        >>> root.create_topic("clicks", partitions=2)
+        >>> _ = root.append("clicks", [b"v%d" % i for i in range(1000)], key=[b"%d" % i for i in range(1000)])
+        >>> sizes = [b.num_rows for b in root.read_batches("clicks", max_records=300)]
+        >>> sum(sizes), max(sizes) <= 300
+        (1000, True)
+        >>> import pyarrow as pa   # a stream DuckDB, Polars or pyarrow.dataset can scan:
+        >>> from pylog.storage.root.schema import TABLE_SCHEMA
+        >>> reader = pa.RecordBatchReader.from_batches(TABLE_SCHEMA, root.read_batches("clicks"))
+        >>> reader.read_all().num_rows
+        1000
+        >>> root.close()
+        """
+        return read_batches(
+            self,
+            topic,
+            partitions,
+            start_offset=start_offset,
+            end_offset=end_offset,
+            start_timestamp=start_timestamp,
+            end_timestamp=end_timestamp,
+            max_records=max_records,
+            include_headers=include_headers,
+        )
+
+    def to_pandas(
+        self,
+        topic: str,
+        partitions: Sequence[int] | None = None,
+        *,
+        start_offset: int | None = None,
+        end_offset: int | None = None,
+        start_timestamp: Any = None,
+        end_timestamp: Any = None,
+        include_headers: bool = True,
+    ) -> Any:
+        """:meth:`read_table` as a ``pandas.DataFrame`` (needs pandas).
+
+        >>> import pylog, tempfile
+        >>> root = pylog.open(tempfile.mkdtemp())
+        >>> root.create_topic("clicks")
+        >>> _ = root.append("clicks", [b"a", b"b"], key=[b"k", b"k"], timestamp=1_700_000_000_000)
+        >>> df = root.to_pandas("clicks", include_headers=False)
+        >>> list(df.columns)
+        ['key', 'value', 'topic', 'partition', 'offset', 'timestamp', 'timestampType']
+        >>> len(df), str(df["timestamp"].dtype), df["value"].tolist()
+        (2, 'datetime64[ms, UTC]', [b'a', b'b'])
+        >>> root.close()
+        """
+        return to_pandas(
+            self,
+            topic,
+            partitions,
+            start_offset=start_offset,
+            end_offset=end_offset,
+            start_timestamp=start_timestamp,
+            end_timestamp=end_timestamp,
+            include_headers=include_headers,
+        )

@@ -25,7 +25,8 @@ from typing import Protocol
 
 import numpy as np
 
-from pylog.storage.backends.fs import AppendFile, LocalStorage, Storage
+from pylog.storage.backends.fs import AppendFile, Storage
+from pylog.storage.backends.local import LocalStorage
 from pylog.storage.backends.manifest import INLINE_MAX
 from pylog.storage.codec import batch as B
 from pylog.storage.config import LogConfig

@@ -84,7 +84,7 @@ class Crash(BaseException):
 def test_a_task_killed_mid_pass_leaves_the_previous_state_and_its_retry_applies_once(
     backend: Backend, monkeypatch: Any
 ) -> None:
-    from pylog.storage.backends.fs import LocalStorage
+    from pylog.storage.backends.local import LocalStorage
     from pylog.storage.backends.objectfs import ObjectStorage
 
     with backend.open() as root:

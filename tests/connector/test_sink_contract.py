@@ -17,16 +17,17 @@ from pyspark.sql.types import (
 )
 
 from pylog.connector import sink
+from pylog.connector.sink_options import SinkOptions, check_schema, parse_sink_options
 from pylog.storage.codec.partitioner import partition_for_keys
 from pylog.storage.errors import ConfigError, PylogError, SinkSchemaError
 from tests.conftest import Backend
 
 
-def opts(where: Path | Backend, **extra: str) -> sink.SinkOptions:
+def opts(where: Path | Backend, **extra: str) -> SinkOptions:
     """Sink options for a root given as a local path or a Backend (path and storage.* options)."""
     root = {"path": str(where)} if isinstance(where, Path) else where.spark_options()
     raw = {**root, "topic": "t", "checkpointLocation": "/checkpoints/q1", **extra}
-    return sink.parse_sink_options(raw, streaming=True)
+    return parse_sink_options(raw, streaming=True)
 
 
 def staged_files(backend: Backend) -> list[str]:
@@ -45,7 +46,7 @@ def test_options_and_sink_identity(tmp_path: Path) -> None:
     assert a.sink_id == b.sink_id  # the same checkpoint is the same sink across restarts
     assert a.partitions == 2 and a.topic_config == {"cleanup.policy": "compact"} and a.codec == "zstd"
     with pytest.raises(ConfigError, match="path is required"):
-        sink.parse_sink_options({}, streaming=True)
+        parse_sink_options({}, streaming=True)
     with pytest.raises(ConfigError, match="unknown pylog sink option"):
         opts(tmp_path, kafkaBootstrap="x")
     with pytest.raises(ConfigError, match="replace it with the option path"):
@@ -74,14 +75,14 @@ def test_options_and_sink_identity(tmp_path: Path) -> None:
 )
 def test_schema_errors_name_the_column(tmp_path: Path, cols: list, message: str) -> None:
     with pytest.raises(SinkSchemaError, match=message):
-        sink.check_schema(schema(*cols), opts(tmp_path))
+        check_schema(schema(*cols), opts(tmp_path))
 
 
 def test_topic_is_required_and_created_only_when_asked(backend: Backend) -> None:
-    no_topic = sink.parse_sink_options(backend.spark_options(), streaming=False)
+    no_topic = parse_sink_options(backend.spark_options(), streaming=False)
     with pytest.raises(SinkSchemaError, match="no topic"):
-        sink.check_schema(schema(("value", BinaryType())), no_topic)
-    sink.check_schema(schema(("value", BinaryType()), ("topic", StringType())), no_topic)
+        check_schema(schema(("value", BinaryType())), no_topic)
+    check_schema(schema(("value", BinaryType()), ("topic", StringType())), no_topic)
     with pytest.raises(ConfigError, match=r"does not exist.*partitions"):
         sink.prepare_topics(opts(backend))
     if backend.is_local:
@@ -92,7 +93,7 @@ def test_topic_is_required_and_created_only_when_asked(backend: Backend) -> None
     sink.prepare_topics(opts(backend, partitions="3", **{"segment.bytes": "100000"}))
     with backend.open(read_only=True) as r:
         assert r.partitions("t") == 3 and r.config("t").segment_bytes == 100000
-    sink.check_schema(
+    check_schema(
         schema(
             ("value", StringType()),
             ("key", StringType()),
@@ -131,7 +132,7 @@ def test_topic_column_explicit_partitions_and_abort(backend: Backend) -> None:
     with backend.open() as root:
         root.create_topic("a", 2)
         root.create_topic("b", 1)
-    o = sink.parse_sink_options({**backend.spark_options(), "checkpointLocation": "x"}, streaming=True)
+    o = parse_sink_options({**backend.spark_options(), "checkpointLocation": "x"}, streaming=True)
     rb = pa.record_batch(
         {"topic": ["a", "b", "a"], "partition": pa.array([1, None, 0], pa.int32()), "value": ["x", "y", "z"]}
     )
@@ -187,7 +188,7 @@ def test_tasks_stage_from_the_drivers_metadata_without_reading_the_root(
     with backend.open() as w:
         w.create_topic("later", 2)
     by_column = pa.record_batch({"topic": ["later", "t"], "key": ["a", "b"], "value": ["x", "y"]})
-    o2 = sink.parse_sink_options({**backend.spark_options(), "checkpointLocation": "x"}, streaming=True)
+    o2 = parse_sink_options({**backend.spark_options(), "checkpointLocation": "x"}, streaming=True)
     opened.clear()
     m = sink.stage_task(iter([by_column]), o2, 1, 0, 0, topics=meta)
     assert opened == [True]  # only for the topic the metadata did not hold

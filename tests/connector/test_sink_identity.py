@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pylog.connector import sink
+from pylog.connector.sink_options import parse_sink_options
 from pylog.storage.root import publish as pub
 from tests.conftest import Backend
 from tests.connector.test_sink_spark import values_in, write_memory_stream
@@ -103,9 +103,7 @@ def test_upgraded_root_keeps_a_running_query_exactly_once(
     ck = tmp_path / "ck"
     write_memory_stream(spark, backend, ck, [(f"k{i}", f"a{i}") for i in range(40)], partitions="2")
     write_memory_stream(spark, backend, ck, [(f"k{i}", f"b{i}") for i in range(20)])
-    legacy = sink.parse_sink_options(
-        {"path": backend.url, "checkpointLocation": str(ck)}, streaming=True
-    ).sink_id
+    legacy = parse_sink_options({"path": backend.url, "checkpointLocation": str(ck)}, streaming=True).sink_id
     with backend.open() as r:
         state = pub.read_state(r.storage)
         hw: dict[str, dict[str, int]] = {}

@@ -31,7 +31,8 @@ from pylog.connector import offsets as source_offsets
 from pylog.storage.codec import records
 from pylog.storage.errors import PylogError
 from pylog.storage.partition import checkpoint
-from pylog.storage.partition.index import OffsetIndex, TimeIndex, TxnIndex
+from pylog.storage.partition.index import OffsetIndex, TimeIndex
+from pylog.storage.partition.txnindex import TxnIndex
 from pylog.storage.root import publish as pub
 from tests.reliability.memfs import MemStorage
 

@@ -44,9 +44,9 @@ logging.getLogger("pylog.storage").setLevel(logging.ERROR)  # thousands of expec
 
 
 def _sink_id() -> str:
-    from pylog.connector import sink
+    from pylog.connector.sink_options import parse_sink_options
 
-    return sink.parse_sink_options({"path": "-", "checkpointlocation": CHECKPOINT}, streaming=True).sink_id
+    return parse_sink_options({"path": "-", "checkpointlocation": CHECKPOINT}, streaming=True).sink_id
 
 
 def _warm_up() -> None:
@@ -97,8 +97,9 @@ def _stage(
 ) -> list[pub.StagedFile]:
     """The sink's own executor code (``connector.sink.stage_task``), one task per partition."""
     from pylog.connector import sink
+    from pylog.connector.sink_options import parse_sink_options
 
-    opts = sink.parse_sink_options(
+    opts = parse_sink_options(
         {
             "path": root.storage.describe(),
             **{f"storage.{k}": v for k, v in (options or {}).items()},

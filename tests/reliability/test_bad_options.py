@@ -23,6 +23,7 @@ from pyspark.sql.types import (
 
 from pylog.connector import sink
 from pylog.connector.options import OPTIONS, parse_options
+from pylog.connector.sink_options import SINK_OPTIONS
 from pylog.storage.config import LogConfig
 from pylog.storage.errors import ConfigError, SinkSchemaError, SourceOptionError
 
@@ -233,7 +234,7 @@ def test_missing_topic_without_partitions_fails_before_any_write(tmp_path: Path)
 
 def test_every_sink_option_has_a_bad_value_row() -> None:
     covered = {r[0].lower() for r in SINK_BAD}
-    assert sink.SINK_OPTIONS - covered - SINK_ANY_VALUE == set()
+    assert SINK_OPTIONS - covered - SINK_ANY_VALUE == set()
     assert any(k in LogConfig.valid_keys() for r in SINK_BAD for k in r[1])  # topic configs too
 
 

@@ -21,7 +21,7 @@ import pytest
 import pylog
 from pylog import ConfigError, PylogError, StorageError
 from pylog.cli import main
-from pylog.storage.backends import fs
+from pylog.storage.backends import local
 from pylog.storage.root.writer import CLEAN_SHUTDOWN
 
 RANGE = "[-9223372036854775808, 9223372036854775807]"
@@ -108,7 +108,7 @@ def test_disk_full_during_append_names_the_segment(root: pylog.Root, monkeypatch
     def full(fd: int) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(fs.os, "fsync", full)
+    monkeypatch.setattr(local.os, "fsync", full)
     with pytest.raises(StorageError) as e:
         root.append("t", [b"a"], partition=1)
     msg = str(e.value)
@@ -150,7 +150,7 @@ def test_io_error_replacing_the_state_file_names_it(
             raise OSError(errno.EACCES, os.strerror(errno.EACCES))
         real_replace(src, dst)
 
-    monkeypatch.setattr(fs.os, "replace", replace)
+    monkeypatch.setattr(local.os, "replace", replace)
     with pytest.raises(StorageError, match=r"pylog-topics\.json: cannot replace it.*errno 13"):
         root.create_topic("u")
 
@@ -277,7 +277,7 @@ def test_io_error_truncating_past_the_high_watermark_names_the_segment(
             raise OSError(errno.EIO, os.strerror(errno.EIO))
         return real_open(path, mode, *args, **kwargs)  # type: ignore[call-overload]
 
-    monkeypatch.setattr(fs, "open", failing_open, raising=False)
+    monkeypatch.setattr(local, "open", failing_open, raising=False)
     r = pylog.open(tmp_path)
     with pytest.raises(StorageError, match=r"t-0/00000000000000000000\.log.*errno 5"):
         r.append("t", [b"c"])
@@ -295,7 +295,7 @@ def test_io_error_truncating_past_the_high_watermark_names_the_segment(
 def test_sink_refuses_kafka_options_that_change_what_is_written(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from pylog.connector import sink
+    from pylog.connector.sink_options import parse_sink_options
 
     base = {"path": str(tmp_path), "topic": "t"}
     for name, advice in [
@@ -305,9 +305,9 @@ def test_sink_refuses_kafka_options_that_change_what_is_written(
         ("kafka.interceptor.classes", "interceptors"),
     ]:
         with pytest.raises(ConfigError, match=f"option {name}: .*{advice}"):  # was a warning only
-            sink.parse_sink_options({**base, name: "x"}, streaming=False)
+            parse_sink_options({**base, name: "x"}, streaming=False)
     with caplog.at_level("WARNING"):  # harmless producer settings of a migrated job: a warning
-        got = sink.parse_sink_options({**base, "kafka.acks": "all", "kafka.linger.ms": "5"}, streaming=False)
+        got = parse_sink_options({**base, "kafka.acks": "all", "kafka.linger.ms": "5"}, streaming=False)
     assert got.topic == "t"
     assert "kafka.acks" in caplog.text and "kafka.linger.ms" in caplog.text
 

@@ -26,7 +26,7 @@ import pytest
 
 import pylog
 from pylog.cli import main
-from pylog.storage.backends.fs import LocalStorage
+from pylog.storage.backends.local import LocalStorage
 from pylog.storage.errors import ConfigError, CorruptMetadataError, DamagedLogError
 from pylog.storage.maintenance.runner import maintain
 from pylog.storage.root.metadata import MAX_PARTITIONS

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from pylog.storage.backends.fs import LocalStorage
+from pylog.storage.backends.local import LocalStorage
 from pylog.storage.errors import DamagedLogError, StorageError
 from pylog.storage.root.manager import Root, partition_dir
 from tests.reliability.checker import Stats, open_writer, read_storage
@@ -383,7 +383,8 @@ def _index(st: MemStorage, name: str, fmt: str, rows: list[tuple[int, ...]]) -> 
 
 def test_index_entry_checks_name_the_entry() -> None:
     from pylog.storage.errors import CorruptIndexError
-    from pylog.storage.partition.index import OffsetIndex, TimeIndex, TxnIndex
+    from pylog.storage.partition.index import OffsetIndex, TimeIndex
+    from pylog.storage.partition.txnindex import TxnIndex
 
     st = MemStorage()
     cases: list[tuple[Any, dict[str, int], str]] = [

@@ -252,8 +252,9 @@ def test_replayed_batch_restaged_with_the_same_task_attempt_lands_once(tmp_path:
     and the replayed commit published them twice.  Found by the random-kill campaign."""
     import pylog
     from pylog.connector import sink
+    from pylog.connector.sink_options import parse_sink_options
 
-    opts = sink.parse_sink_options(
+    opts = parse_sink_options(
         {"path": str(tmp_path / "root"), "topic": "t", "checkpointlocation": str(tmp_path / "ck")},
         streaming=True,
     )

@@ -11,7 +11,7 @@ from typing import Any
 from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.legacy_records import LegacyRecordBatch
 
-from pylog.storage.backends.fs import LocalStorage
+from pylog.storage.backends.local import LocalStorage
 from pylog.storage.codec import batch as B
 from pylog.storage.codec import records
 from pylog.storage.config import CleanerConfig, LogConfig

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pylog.storage.backends.fs import LocalStorage
+from pylog.storage.backends.local import LocalStorage
 from pylog.storage.errors import ConfigError, CorruptCheckpointError, InvalidOffsetError
 from pylog.storage.partition import checkpoint as ckpt
 from pylog.storage.partition.checkpoint import format_offsets, parse_offsets, read_offsets, write_offsets

@@ -21,7 +21,8 @@ from pylog.storage.backends.objectfs import ObjectStorage
 from pylog.storage.backends.snapshot import CHECKPOINTS, HINT, LOG, Snapshot, commit_key
 from pylog.storage.errors import CorruptMetadataError, UnsupportedFormatError
 from pylog.storage.root import publish as pub
-from pylog.storage.root.manager import Root, open_root
+from pylog.storage.root.manager import Root
+from pylog.storage.root.opening import open_root
 from tests.conftest import Backend
 from tests.reliability.worlds import write_format_1
 from tests.storage.test_objectstore import client, cold_cache, keys, with_options

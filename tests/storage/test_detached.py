@@ -16,7 +16,7 @@ from pylog.storage.errors import StorageIOError
 from pylog.storage.maintenance import detached
 from pylog.storage.maintenance.detached import STAGE_MARK, clean_detached
 from pylog.storage.maintenance.runner import maintain
-from pylog.storage.root.manager import open_root
+from pylog.storage.root.opening import open_root
 from tests.storage.compaction_util import rows
 
 NOW = 1_700_000_000_000
@@ -185,7 +185,7 @@ def test_staged_files_of_a_dead_pass_are_swept_when_stale_and_left_by_recovery(t
 def test_an_io_error_while_swapping_stops_with_the_file_named_and_loses_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pylog.storage.backends.fs import LocalStorage
+    from pylog.storage.backends.local import LocalStorage
 
     path = _root(tmp_path)
     before = _rows(path)

@@ -10,9 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pylog.storage.backends.fs import LocalStorage
+from pylog.storage.backends.local import LocalStorage
 from pylog.storage.errors import CorruptIndexError, IndexFullError, InvalidOffsetError
-from pylog.storage.partition.index import OffsetIndex, TimeIndex, TxnIndex
+from pylog.storage.partition.index import OffsetIndex, TimeIndex
+from pylog.storage.partition.txnindex import TxnIndex
 
 INT32_MAX = 2**31 - 1
 SETTINGS = settings(

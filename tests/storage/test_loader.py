@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pylog.storage.backends.fs import LocalStorage
+from pylog.storage.backends.local import LocalStorage
 from pylog.storage.codec import records
 from pylog.storage.config import LogConfig
 from pylog.storage.partition.loader import load_log, open_log

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch
 
-from pylog.storage.backends.fs import LocalStorage
+from pylog.storage.backends.local import LocalStorage
 from pylog.storage.codec import records
 from pylog.storage.config import LogConfig
 from pylog.storage.errors import InvalidOffsetError, OffsetOutOfRangeError, RecordTooLargeError

@@ -20,7 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 import pylog
 from pylog.cli import main
-from pylog.storage.backends.fs import LocalStorage
+from pylog.storage.backends.local import LocalStorage
 from pylog.storage.config import CleanerConfig
 from pylog.storage.maintenance.cleaner import Cleaner, log_to_clean
 from pylog.storage.maintenance.runner import maintain
@@ -67,9 +67,7 @@ def test_maintain_log_cleans_when_dirty_ratio_is_exceeded(tmp_path: Path) -> Non
     ltc = log_to_clean(lg, lg.active.base_offset - 3, T0)
     assert 0 < ltc.cleanable_ratio < 0.5
     assert maintain(lg, now=T0).cleaning == []
-    assert (
-        maintain(lg, now=T0, force=True).cleaning[0].first_dirty_offset == lg.active.base_offset - 3
-    )
+    assert maintain(lg, now=T0, force=True).cleaning[0].first_dirty_offset == lg.active.base_offset - 3
 
 
 def test_max_compaction_lag_forces_a_clean(tmp_path: Path) -> None:

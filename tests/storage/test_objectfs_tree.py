@@ -38,7 +38,7 @@ def _scan(storage: ObjectStorage, path: str) -> list[str]:
     prefix = f"{path}/" if path else ""
     names = {
         p[len(prefix) :].split("/", 1)[0]
-        for p in itertools.chain(storage._files, storage._dirs)
+        for p in itertools.chain(storage._tree.files, storage._tree.dirs)
         if p.startswith(prefix) and p != path
     }
     return sorted(names)
@@ -61,7 +61,7 @@ def test_listing_a_directory_matches_a_scan_of_the_tree(ops: list[tuple[str, ...
             elif o[0] == "makedirs":
                 storage.makedirs(o[1])
             elif o[0] == "rmdir":
-                holds = any(p.startswith(o[1] + "/") for p in storage._files)
+                holds = any(p.startswith(o[1] + "/") for p in storage._tree.files)
                 try:
                     storage.rmdir(o[1])
                 except StorageError:

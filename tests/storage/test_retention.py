@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pylog.storage.backends.fs import LocalStorage
+from pylog.storage.backends.local import LocalStorage
 from pylog.storage.maintenance.retention import deletable_segments, partition_key, retain
 from pylog.storage.partition import checkpoint as ckpt
 from tests.storage.compaction_util import (

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pylog.storage.backends.fs import LocalStorage
+from pylog.storage.backends.local import LocalStorage
 from pylog.storage.codec import batch as B
 from pylog.storage.codec import records
 from pylog.storage.errors import CorruptRecordError, OffsetOutOfRangeError, PylogError

@@ -20,10 +20,11 @@ from typing import Any
 import crc32c
 import pytest
 
-from pylog.storage.backends.fs import LocalStorage
+from pylog.storage.backends.local import LocalStorage
 from pylog.storage.codec import records
 from pylog.storage.codec.batch import COMMIT, CONTROL_KEY, END_TXN_VALUE
-from pylog.storage.partition.index import OffsetIndex, TimeIndex, TxnIndex
+from pylog.storage.partition.index import OffsetIndex, TimeIndex
+from pylog.storage.partition.txnindex import TxnIndex
 from pylog.tools.dump import dump
 from tests.kafka_fixtures import manifest_logs, require_fixtures
 
