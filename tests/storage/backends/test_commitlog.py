@@ -25,7 +25,7 @@ from pylog.storage.root.manager import Root
 from pylog.storage.root.opening import open_root
 from tests.conftest import Backend
 from tests.reliability.worlds import write_format_1
-from tests.storage.test_objectstore import client, cold_cache, keys, with_options
+from tests.storage.backends.test_objectstore import client, cold_cache, keys, with_options
 
 
 def storage(root: Root) -> ObjectStorage:

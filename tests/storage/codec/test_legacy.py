@@ -24,7 +24,7 @@ from pylog.storage.codec.legacy import (
 )
 from pylog.storage.errors import CorruptRecordError
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "kafka"
+FIXTURES = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "kafka"
 INVALID_CRC = "kafka-rust/fetch2.mytopic.nocompression.invalid_crc.kafka.0900"
 
 LOGS = sorted(FIXTURES.rglob("*.log")) if FIXTURES.is_dir() else []

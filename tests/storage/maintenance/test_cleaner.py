@@ -585,7 +585,7 @@ def test_offset_map_module_hashes_lists() -> None:
 
 
 def test_legacy_entries_kept_whole_or_rewritten_as_v2(tmp_path: Path) -> None:
-    from tests.storage.test_legacy import make_message, make_wrapper
+    from tests.storage.codec.test_legacy import make_message, make_wrapper
 
     inner = b"".join(
         make_message(offset=i, key=k, value=v)

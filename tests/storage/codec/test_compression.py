@@ -35,7 +35,7 @@ from pylog.storage.errors import ConfigError, CorruptRecordError
 lz4_frame = pytest.importorskip("lz4.frame", reason="python-lz4 (test-only peer) not installed")
 zstandard = pytest.importorskip("zstandard", reason="zstandard (test-only peer) not installed")
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "kafka"
+FIXTURES = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "kafka"
 SNAPPY_JAVA_STREAM = FIXTURES / "kafka-rust" / "snappy-java-stream" / "fetch1.snappy.chunked.4k"
 
 ALL_CODECS = [NONE, GZIP, SNAPPY, LZ4, ZSTD]

@@ -19,7 +19,7 @@ from pylog.storage.root import publish as pub
 from pylog.storage.root.stage import ObjectSegmentStager
 from pylog.tools.inspect import verify
 from tests.conftest import Backend
-from tests.storage.test_staging import CONFIG, stage, value
+from tests.storage.partition.test_staging import CONFIG, stage, value
 
 
 def _objects(s3: Backend) -> dict[str, int]:

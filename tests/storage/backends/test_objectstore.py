@@ -98,7 +98,7 @@ def now_ms() -> int:
 
 
 def test_one_commit_per_change_and_none_for_a_no_op(s3_backend: Backend) -> None:
-    from tests.storage.test_publish import stage
+    from tests.storage.root.test_publish import stage
 
     root = s3_backend.open()
     assert commit_numbers(s3_backend) == [] and root.commits == 0
