@@ -325,7 +325,9 @@ def _stage_batch(
         for p in np.flatnonzero(counts).tolist():
             if (topic, p) not in files:
                 name = pub.stage_name(writer_id, batch_id, task, attempt)
-                files[(topic, p)] = open_stager(storage, topic, p, name, config, _local_dir())
+                files[(topic, p)] = open_stager(
+                    storage, topic, p, name, config, _local_dir(), direct=opts.direct_writes
+                )
         routed = np.full(n, -1, np.int64)  # rows of other topics go nowhere
         routed[sel] = parts
         bases = np.array([files[(topic, p)].next_offset if counts[p] else 0 for p in range(num)], np.int64)

@@ -58,6 +58,7 @@ SINK_OPTIONS = {
     "locktimeoutms",
     "maintenance",
     "maintenance.budgetms",
+    "directwrites",
     "queryretentionms",
     "checkpointlocation",
     "queryname",
@@ -79,6 +80,7 @@ class SinkOptions:
     storage_options: dict[str, str] = field(default_factory=dict, repr=False)  # may hold credentials
     sink_id: str = ""  # a batch write's own id; a streaming query's pre-query-id (version 1) key
     query_retention_ms: int = pub.DEFAULT_QUERY_RETENTION_MS
+    direct_writes: bool = True  # staged segments written around the page cache (local disk)
 
 
 def parse_sink_options(raw: Mapping[str, str], *, streaming: bool) -> SinkOptions:
@@ -129,11 +131,7 @@ def parse_sink_options(raw: Mapping[str, str], *, streaming: bool) -> SinkOption
             validate_topic_name(topic)
         except ConfigError as e:
             raise ConfigError(f"option topic: {e}") from None
-    maintenance = opts.get("maintenance", "true").strip().lower()
-    if maintenance not in ("true", "false"):
-        raise ConfigError(
-            f"option maintenance: {opts['maintenance']!r} is not valid; valid values: true, false"
-        )
+    maintenance, direct_writes = (_bool_option(opts, name, True) for name in ("maintenance", "directwrites"))
     return SinkOptions(
         path=path,
         topic=topic,
@@ -142,12 +140,27 @@ def parse_sink_options(raw: Mapping[str, str], *, streaming: bool) -> SinkOption
         codec=codec,
         batch_bytes=_int_option(opts, "batch.size", 1 << 10, 1 << 30, records.DEFAULT_BATCH_BYTES),
         lock_timeout_s=_int_option(opts, "locktimeoutms", 0, 1 << 40, 60_000) / 1000.0,
-        maintenance=maintenance == "true",
+        maintenance=maintenance,
         maintenance_budget_ms=_int_option(opts, "maintenance.budgetms", 0, 1 << 40, 2000),
         storage_options=storage,
         sink_id=sink_id,
         query_retention_ms=_int_option(opts, "queryretentionms", 0, 1 << 50, pub.DEFAULT_QUERY_RETENTION_MS),
+        direct_writes=direct_writes,
     )
+
+
+_OPTION_NAMES = {"directwrites": "directWrites"}  # as the docs spell them (keys arrive lower-cased)
+
+
+def _bool_option(opts: Mapping[str, str], name: str, default: bool) -> bool:
+    if name not in opts:
+        return default
+    value = opts[name].strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigError(
+            f"option {_OPTION_NAMES.get(name, name)}: {opts[name]!r} is not valid; valid values: true, false"
+        )
+    return value == "true"
 
 
 @overload

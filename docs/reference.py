@@ -134,6 +134,12 @@ SINK_DOCS: dict[str, tuple[str, str]] = {
         "run retention and compaction on the partitions written after each commit",
     ),
     "maintenance.budgetMs": ("`2000`", "time budget of that maintenance per commit"),
+    "directWrites": (
+        "`true`",
+        "on local disk, write tasks' staged segments around the page cache (`O_DIRECT`); `false` "
+        "writes them through it, so that consumers reading the topic right after each commit read "
+        "from memory instead of the disk",
+    ),
     "queryRetentionMs": (
         "`604800000` (7 days)",
         "how long the root remembers a streaming query that stopped committing (its last batch id, "
@@ -165,6 +171,7 @@ def _check_sink_defaults() -> None:
         "lockTimeoutMs": o.lock_timeout_s == 60.0,
         "maintenance": o.maintenance is True,
         "maintenance.budgetMs": o.maintenance_budget_ms == 2000,
+        "directWrites": o.direct_writes is True,
         "queryRetentionMs": o.query_retention_ms == 7 * 24 * 3600 * 1000,
     }
     wrong = [name for name, ok in facts.items() if not ok]

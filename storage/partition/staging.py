@@ -110,11 +110,14 @@ class StagingLog:
     Batches appended must be numbered from :attr:`next_offset` on (encode them with
     ``base_offset=stager.next_offset``).  :meth:`finish` makes them durable."""
 
-    def __init__(self, storage: Storage, directory: str, name: str, config: LogConfig):
+    def __init__(
+        self, storage: Storage, directory: str, name: str, config: LogConfig, *, direct: bool = True
+    ):
         self.storage = storage
         self.directory = directory
         self.name = name
         self.config = config
+        self.direct = direct
         self.next_offset = 0
         self.segments: list[StagedSegment] = []
         self._seg: LogSegment | None = None
@@ -135,8 +138,10 @@ class StagingLog:
             stem=staged_stem(self.name, base),
             created_ms=now_ms(),
         )
-        # written once, fsynced, then linked and read rarely soon after: around the page cache
-        seg.open_for_append(direct=True)
+        # written once and fsynced before the commit links it: around the page cache by default
+        # (the page cache would add a copy of every byte), through it when readers of the topic
+        # soon after the commit should find it in memory
+        seg.open_for_append(direct=self.direct)
         return seg
 
     def append(self, data: np.ndarray | bytes | memoryview, h: B.BatchHeaders) -> None:

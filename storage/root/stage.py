@@ -79,13 +79,22 @@ class _LogStager:
 class SegmentStager(_LogStager):
     """Staged segments with their indexes, linked into the log by the commit."""
 
-    def __init__(self, storage: Storage, topic: str, partition: int, name: str, config: LogConfig):
+    def __init__(
+        self,
+        storage: Storage,
+        topic: str,
+        partition: int,
+        name: str,
+        config: LogConfig,
+        *,
+        direct: bool = True,
+    ):
         self.topic, self.partition, self.name = topic, partition, name
         directory = partition_dir(topic, partition)
         for old in storage.listdir(directory):  # an earlier run of this attempt
             if old == name or old.startswith(name + "."):
                 storage.delete(f"{directory}/{old}")
-        self._log = StagingLog(storage, directory, name, config)
+        self._log = StagingLog(storage, directory, name, config, direct=direct)
 
     def finish(self, *, inline: bool = False) -> StagedFile:
         segs = self._log.finish()
@@ -210,13 +219,22 @@ class ObjectSegmentStager(_LogStager):
 
 
 def open_stager(
-    storage: Storage, topic: str, partition: int, name: str, config: LogConfig, tmp_dir: str | None = None
+    storage: Storage,
+    topic: str,
+    partition: int,
+    name: str,
+    config: LogConfig,
+    tmp_dir: str | None = None,
+    *,
+    direct: bool = True,
 ) -> Stager:
     """The stager of staging ``name`` (see :func:`publish.stage_name`) for one partition;
     ``tmp_dir``: where an object store's staged segments are written before their upload
-    (default: the system's temporary directory)."""
+    (default: the system's temporary directory).  ``direct``: on local disk, staged segments
+    are written around the page cache (``O_DIRECT``, see :class:`StagingLog`); False writes them
+    through it, so that readers of the topic soon after the commit read them from memory."""
     if storage.writes_in_place:
-        return SegmentStager(storage, topic, partition, name, config)
+        return SegmentStager(storage, topic, partition, name, config, direct=direct)
     if getattr(storage, "transactional", False):
         return ObjectSegmentStager(storage, topic, partition, name, config, tmp_dir)
     return FlatStager(storage, topic, partition, name)

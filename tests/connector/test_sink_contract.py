@@ -54,6 +54,7 @@ def test_options_and_sink_identity(tmp_path: Path) -> None:
     assert opts(tmp_path, **{"kafka.acks": "all"}).topic == "t"  # producer settings: ignored, warned
     zero = opts(tmp_path, lockTimeoutMs="0", **{"maintenance.budgetMs": "0"})
     assert zero.lock_timeout_s == 0 and zero.maintenance_budget_ms == 0
+    assert opts(tmp_path).direct_writes and not opts(tmp_path, directWrites=" False").direct_writes
     with pytest.raises(ConfigError, match=r"segment\.bytes"):
         opts(tmp_path, **{"segment.bytes": "lots"})
     with pytest.raises(ConfigError, match="partitions"):

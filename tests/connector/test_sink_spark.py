@@ -333,11 +333,12 @@ def test_embedded_compaction_between_micro_batches(spark: Any, backend: Backend,
     assert size < 8 * 60 * 30  # bounded: far below the bytes written (~8 x 60 records)
 
 
-def test_large_write_is_linked_not_copied_by_the_driver(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("direct", ["true", "false"])
+def test_large_write_is_linked_not_copied_by_the_driver(spark: Any, tmp_path: Path, direct: str) -> None:
     """On a local disk each task stages segments with their indexes and the driver's commit
     links them (patching base offsets, renaming): the rows of two 15 MiB tasks become two segments
     of the log (copied, they would fill one 32 MiB segment), with consecutive offsets, valid
-    indexes and no staged file left."""
+    indexes and no staged file left; staged around the page cache or through it (directWrites)."""
     import pylog
     from pylog.tools.inspect import verify
 
@@ -351,6 +352,7 @@ def test_large_write_is_linked_not_copied_by_the_driver(spark: Any, tmp_path: Pa
         .option("topic", "big")
         .option("partitions", "1")
         .option("segment.bytes", str(32 << 20))
+        .option("directWrites", direct)
         .mode("append")
         .save()
     )

@@ -152,6 +152,7 @@ SINK_BAD: list[tuple[str, dict[str, str | None], str]] = [
     ("maintenance", {"maintenance": "maybe"}, "option maintenance"),
     ("maintenance.budgetMs", {"maintenance.budgetMs": "-5"}, "option maintenance.budgetms"),
     ("maintenance.budgetMs", {"maintenance.budgetMs": "2s"}, "option maintenance.budgetms"),
+    ("directWrites", {"directWrites": "yes"}, "option directWrites: 'yes' is not valid"),
     ("queryRetentionMs", {"queryRetentionMs": "-1"}, "option queryretentionms"),
     ("queryRetentionMs", {"queryRetentionMs": "7d"}, "option queryretentionms"),
     ("topic config", {"segment.bytes": "10"}, "segment.bytes"),

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import pylog
+from pylog.storage.backends import local
 from pylog.storage.backends.local import LocalStorage
 from pylog.storage.codec import batch as B
 from pylog.storage.codec import records
@@ -192,6 +193,33 @@ def test_restaging_an_attempt_removes_what_an_earlier_run_left(tmp_path: Path) -
     root.publish("q1", 0, [again])
     root.close()
     assert values(tmp_path)[1] == [value(0, 0, i) for i in range(30)]
+
+
+def test_staged_segments_go_around_the_page_cache_unless_the_sink_says_otherwise(tmp_path: Path) -> None:
+    """The sink option directWrites (default true): staged ``.log`` files are appended with
+    ``O_DIRECT`` (where the file system allows it); false appends them through the page cache,
+    so that readers soon after the commit read from memory.  Either way the rows land alike."""
+    probe = LocalStorage(tmp_path).open_append("probe", direct=True)
+    supported = isinstance(probe, local._DirectAppend)
+    probe.close()
+    root = pylog.open(tmp_path)
+    root.create_topic("t", 1, CONFIG)
+    staged = []
+    for batch, direct in ((0, True), (1, False)):
+        st = open_stager(
+            root.storage, "t", 0, pub.stage_name("q1", batch, 0, 0), root.config("t"), direct=direct
+        )
+        enc = records.encode(
+            [value(batch, 0, i) for i in range(40)], None, 1000, base_offset=0, batch_bytes=2000
+        )
+        st.write(enc.buffer, enc.batches)
+        appender = st._log._seg._file  # type: ignore[attr-defined]
+        assert isinstance(appender, local._DirectAppend) == (direct and supported), (direct, appender)
+        staged.append(st.finish())
+    for batch, files in enumerate(staged):
+        root.publish("q1", batch, [files])
+    root.close()
+    assert values(tmp_path)[1] == [value(b, 0, i) for b in (0, 1) for i in range(40)]
 
 
 def test_stage_names_parse_and_sweep(tmp_path: Path) -> None:
