@@ -78,8 +78,9 @@ def orders(first: int, n: int) -> pa.Table:
     return pa.table(
         {
             "key": [b"customer-%d" % (i % 7) for i in ids],
-            "value": [b'{"order": %d, "amount": %d, "note": "%s"}' % (i, 10 + i % 90, b"x" * 640)
-                      for i in ids],
+            "value": [
+                b'{"order": %d, "amount": %d, "note": "%s"}' % (i, 10 + i % 90, b"x" * 640) for i in ids
+            ],
         }
     )
 
@@ -87,7 +88,9 @@ def orders(first: int, n: int) -> pa.Table:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument(
-        "target", nargs="?", default=os.environ.get("PYLOG_OBJECT_STORE_URL", "demo-data/object_store"),
+        "target",
+        nargs="?",
+        default=os.environ.get("PYLOG_OBJECT_STORE_URL", "demo-data/object_store"),
         help="s3://bucket/prefix (an empty prefix), or a working directory for a local S3 server",
     )
     target = parser.parse_args().target
@@ -110,8 +113,10 @@ def main() -> None:
             root.append("orders", orders(i * n, n))
         print(f"appended {commits * n} orders in {commits} commits ({root.commits} commits published)")
         table = root.read_table("orders")
-        counts = {r["partition"]: r["offset_count"] for r in table.group_by("partition")
-                  .aggregate([("offset", "count")]).to_pylist()}
+        counts = {
+            r["partition"]: r["offset_count"]
+            for r in table.group_by("partition").aggregate([("offset", "count")]).to_pylist()
+        }
         print(f"read back {table.num_rows} records, per partition {dict(sorted(counts.items()))}")
         seen = snapshot.read_table("orders").num_rows
         snapshot.refresh()
@@ -124,12 +129,16 @@ def main() -> None:
     checkpoints = sorted(k for k in before if k.startswith(CHECKPOINTS))
     segments = sorted(k for k in before if ".log." in k)
     newest = json.loads(fs.cat_file(f"{base}/{commit_log[-1]}"))
-    print(f"\n{len(before)} objects under {url}/: {len(commit_log)} commits, {len(checkpoints)} checkpoints, "
-          f"{len(segments)} segments")
+    print(
+        f"\n{len(before)} objects under {url}/: {len(commit_log)} commits, {len(checkpoints)} checkpoints, "
+        f"{len(segments)} segments"
+    )
     for key in [*commit_log[-2:], *checkpoints[-1:], *segments[:3]]:
         print(f"  {key}  ({before[key]:,} bytes)")
-    print(f"  ...\ncommit {newest['number']} changed {len(newest['put'])} files (small ones inline, appended "
-          "in place); superseded objects are kept for pylog.file_delete_delay_ms")
+    print(
+        f"  ...\ncommit {newest['number']} changed {len(newest['put'])} files (small ones inline, appended "
+        "in place); superseded objects are kept for pylog.file_delete_delay_ms"
+    )
 
     # maintenance merges runs of small segments (batches copied byte for byte, offsets unchanged);
     # the delete delay is 0 here to see superseded objects go now rather than a minute later
@@ -139,15 +148,19 @@ def main() -> None:
         after_segs = sum(len(root.log("orders", p).segments) for p in range(3))
         assert root.read_table("orders").column("value") == table.column("value")
     after = listing(url, options)[2]
-    print(f"\nmaintain(): {report.summary()}; segments {segs} -> {after_segs}, objects {len(before)} -> "
-          f"{len(after)}")
+    print(
+        f"\nmaintain(): {report.summary()}; segments {segs} -> {after_segs}, objects {len(before)} -> "
+        f"{len(after)}"
+    )
 
     shown = [(k, v) for k, v in options.items() if k not in secret]
     print(f'\nSpark: spark.read.format("pylog").option("path", "{url}").option("subscribe", "orders")')
     for k, v in shown:
         print(f'    .option("storage.{k}", "{v}")')
-    print(f"    .load()    # and the same on df.write / df.writeStream{', plus storage.' if secret else ''}"
-          + ", storage.".join(secret))
+    print(
+        f"    .load()    # and the same on df.write / df.writeStream{', plus storage.' if secret else ''}"
+        + ", storage.".join(secret)
+    )
     cli = ["describe", url, *[a for k, v in shown for a in ("-S", f"{k}={v}")]]
     print(f"\n$ pylog {' '.join(cli)}" + ("    # the secrets from PYLOG_STORAGE_OPTIONS" if secret else ""))
     out = subprocess.run([sys.executable, "-m", "pylog", *cli], capture_output=True, text=True, timeout=120)

@@ -75,14 +75,25 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     print("mypy -p pylog (storage, connector, pylog)", flush=True)
     status |= run(
-        [str(bindir / "mypy"), "--config-file", str(root / "pyproject.toml"),
-         "--cache-dir", str(root / "build" / "mypy-cache"), "-p", "pylog"],
-        cwd=tree, env=env, prefixes=prefixes,
+        [
+            str(bindir / "mypy"),
+            "--config-file",
+            str(root / "pyproject.toml"),
+            "--cache-dir",
+            str(root / "build" / "mypy-cache"),
+            "-p",
+            "pylog",
+        ],
+        cwd=tree,
+        env=env,
+        prefixes=prefixes,
     )
     print("lint-imports (layer contracts)", flush=True)
     status |= run(
         [str(bindir / "lint-imports"), "--config", str(root / "pyproject.toml"), "--no-cache"],
-        cwd=tree, env=env, prefixes=prefixes,
+        cwd=tree,
+        env=env,
+        prefixes=prefixes,
     )
     return 1 if status else 0
 

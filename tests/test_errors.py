@@ -18,7 +18,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 def _error_classes() -> list[type[BaseException]]:
     return [
-        c for _, c in inspect.getmembers(errors, inspect.isclass)
+        c
+        for _, c in inspect.getmembers(errors, inspect.isclass)
         if issubclass(c, errors.PylogError) and c.__module__ == errors.__name__
     ]
 

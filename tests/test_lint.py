@@ -52,7 +52,9 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str]:
         f.write("\nimport pyspark as _planted_spark  # noqa\n")
     proc = subprocess.run(
         [sys.executable, str(copy / "scripts" / "lint.py"), "--root", str(copy)],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     return proc.returncode, proc.stdout + proc.stderr
 

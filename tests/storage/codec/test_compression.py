@@ -348,9 +348,7 @@ def test_raw_snappy_decodes() -> None:
 
 def test_concatenated_xerial_streams() -> None:
     """snappy-java's SnappyInputStream accepts a second header where a chunk length would be."""
-    assert decompress(SNAPPY, compress(SNAPPY, SMALL) + compress(SNAPPY, TEXT_300K)) == (
-        SMALL + TEXT_300K
-    )
+    assert decompress(SNAPPY, compress(SNAPPY, SMALL) + compress(SNAPPY, TEXT_300K)) == (SMALL + TEXT_300K)
     assert decompress(SNAPPY, compress(SNAPPY, b"") + compress(SNAPPY, SMALL)) == SMALL
 
 

@@ -118,9 +118,7 @@ def test_fixture_legacy_entries(log: Path | None) -> None:
     crc_failures = {f["entry_pos"] for f in _manifest()[rel]["crc_failures"]}
     expected_lines = [
         json.loads(line)
-        for line in log.with_name(log.name[: -len(".log")] + ".expected.jsonl")
-        .read_text()
-        .splitlines()
+        for line in log.with_name(log.name[: -len(".log")] + ".expected.jsonl").read_text().splitlines()
     ]
     expected = [e for e in expected_lines if e["magic"] in (0, 1)]
 
@@ -157,9 +155,7 @@ def test_fixture_legacy_entries(log: Path | None) -> None:
         assert rec.timestamp == exp["timestamp"]
         assert rec.timestamp_type == exp["timestamp_type"]
         assert rec.key == (None if exp["key_b64"] is None else base64.b64decode(exp["key_b64"]))
-        assert rec.value == (
-            None if exp["value_b64"] is None else base64.b64decode(exp["value_b64"])
-        )
+        assert rec.value == (None if exp["value_b64"] is None else base64.b64decode(exp["value_b64"]))
         assert exp["headers"] == []
         assert entry.magic == exp["magic"]
         assert CODEC_NAMES[entry.codec] == exp["codec"]
@@ -272,9 +268,7 @@ def test_kafka_python_builder_interop(
     for p, _ in walk(buf):
         size = 12 + ENTRY.unpack_from(buf, p)[1]
         theirs += list(LegacyRecordBatch(buf[p : p + size], magic))
-    assert [(r.offset, r.key, r.value) for r in theirs] == [
-        (r.offset, r.key, r.value) for r in records
-    ]
+    assert [(r.offset, r.key, r.value) for r in theirs] == [(r.offset, r.key, r.value) for r in records]
 
 
 @pytest.mark.parametrize("codec", LEGACY_CODECS[1:])
@@ -370,8 +364,7 @@ def test_plain_messages() -> None:
 
 def test_v1_wrapper_relative_offsets() -> None:
     inner = b"".join(
-        make_message(offset=i, magic=1, timestamp=100 + i, key=b"k", value=b"%d" % i)
-        for i in range(4)
+        make_message(offset=i, magic=1, timestamp=100 + i, key=b"k", value=b"%d" % i) for i in range(4)
     )
     entry = decode_legacy_entry(make_wrapper(inner, offset=1003), 0)
     assert [(r.offset, r.timestamp, r.timestamp_type) for r in entry.records] == [
