@@ -16,6 +16,7 @@ This module does not import pyspark.
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import math
@@ -161,7 +162,22 @@ def listing(view: RootView, subscription: Subscription) -> list[TopicPartition]:
             raise UnknownTopicError(
                 f"option assign: topic-partitions that do not exist in {view.path}: {detail}"
             )
+    elif subscription.kind == "subscribe":
+        absent = [t for t in subscription.topics if t not in view.root.topics()]
+        if absent and (view.path, tuple(absent)) not in _warned_absent:
+            _warned_absent.add((view.path, tuple(absent)))  # once per process, not every trigger
+            known = view.root.topics()
+            close = {t: difflib.get_close_matches(t, known, n=1) for t in absent}
+            log.warning(
+                "option subscribe: no topic %s in %s (yet): nothing is read from it until it is created%s",
+                ", ".join(absent),
+                view.path,
+                "".join(f"; did you mean {c[0]} for {t}?" for t, c in close.items() if c),
+            )
     return tps
+
+
+_warned_absent: set[tuple[str, tuple[str, ...]]] = set()
 
 
 # ============================================================================ JSON
@@ -251,11 +267,48 @@ def _check_covers(
         def show(s: Any) -> str:
             return ", ".join(f"{t}-{p}" for t, p in sorted(s)) or "none"
 
+        missing, extra = set(tps) - set(given), set(given) - set(tps)
+        problem = "; ".join(
+            what
+            for what in (
+                f"missing: {show(missing)}" if missing else "",
+                f"not in the subscription (or not existing): {show(extra)}" if extra else "",
+            )
+            if what
+        )
         raise SourceOptionError(
             f"option {spec.option}: when it gives offsets or timestamps per partition, it must give every "
             f"topic-partition of {subscription.describe()} (use -2 for earliest, -1 for latest). "
-            f"Given: {show(given)}; existing: {show(tps)}"
+            f"{problem}. Given: {show(given)}; existing: {show(tps)}"
         )
+
+
+def check_given_offsets(
+    spec: OffsetSpec | None, view: RootView, tps: list[TopicPartition], fail_on_data_loss: bool
+) -> dict[TopicPartition, int]:
+    """Kafka's check of specific starting or ending offsets (``fetchSpecificOffsets``): an
+    offset a partition's log has not reached is reported, naming the option, per
+    ``failOnDataLoss``.  Returns the log end offsets of those partitions (to clamp to when the
+    query goes on)."""
+    if spec is None or spec.kind != "offsets":
+        return {}
+    given = spec.per_partition()
+    beyond = {}
+    for tp in tps:
+        v = given.get(tp)
+        if v is not None and v >= 0 and v > (end := view.latest(tp)):
+            beyond[tp] = end
+    if beyond:
+        report_data_loss(
+            f"option {spec.option}: "
+            + ", ".join(
+                f"{t}-{p} was {given[(t, p)]} but its log ends at offset {e}"
+                for (t, p), e in sorted(beyond.items())
+            )
+            + " (an offset no record of the partition has reached yet).",
+            fail_on_data_loss,
+        )
+    return beyond
 
 
 def resolve(

@@ -8,6 +8,7 @@ sink contract.  The sink (:mod:`.sink`) documents both and uses them in ``make_w
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import logging
 import uuid
@@ -63,7 +64,23 @@ SINK_OPTIONS = {
     "checkpointlocation",
     "queryname",
 }
+SPELLING = {
+    name.lower(): name
+    for name in (
+        "lockTimeoutMs",
+        "maintenance.budgetMs",
+        "directWrites",
+        "queryRetentionMs",
+        "checkpointLocation",
+        "queryName",
+    )
+}
+"""The documented spelling of option names (Spark hands them over lower-cased), for messages."""
 _BINARY_OR_STRING = (BinaryType, StringType)
+
+
+def _named(key: str) -> str:
+    return SPELLING.get(key, key)
 
 
 @dataclass(frozen=True)
@@ -110,9 +127,13 @@ def parse_sink_options(raw: Mapping[str, str], *, streaming: bool) -> SinkOption
         else:
             unknown.append(k)
     if unknown:
-        mine = sorted(SINK_OPTIONS - {"checkpointlocation", "queryname"})
+        mine = ", ".join(sorted(_named(k) for k in SINK_OPTIONS - {"checkpointlocation", "queryname"}))
+        hints = [
+            f"{k} (did you mean {_named(close[0])}?)" if (close := _close(k, SINK_OPTIONS | valid)) else k
+            for k in sorted(unknown)
+        ]
         raise ConfigError(
-            f"unknown pylog sink option(s) {sorted(unknown)}; valid: {mine}, storage.* and Kafka topic "
+            f"unknown pylog sink option(s) {', '.join(hints)}; valid: {mine}, storage.* and Kafka topic "
             f"configs ({', '.join(sorted(valid)[:6])}, ...)"
         )
     LogConfig.from_dict(topic_config)  # validate now, before any byte is written
@@ -149,7 +170,8 @@ def parse_sink_options(raw: Mapping[str, str], *, streaming: bool) -> SinkOption
     )
 
 
-_OPTION_NAMES = {"directwrites": "directWrites"}  # as the docs spell them (keys arrive lower-cased)
+def _close(key: str, names: set[str]) -> list[str]:
+    return difflib.get_close_matches(key, sorted(names), n=1, cutoff=0.8)
 
 
 def _bool_option(opts: Mapping[str, str], name: str, default: bool) -> bool:
@@ -157,9 +179,7 @@ def _bool_option(opts: Mapping[str, str], name: str, default: bool) -> bool:
         return default
     value = opts[name].strip().lower()
     if value not in ("true", "false"):
-        raise ConfigError(
-            f"option {_OPTION_NAMES.get(name, name)}: {opts[name]!r} is not valid; valid values: true, false"
-        )
+        raise ConfigError(f"option {_named(name)}: {opts[name]!r} is not valid; valid values: true, false")
     return value == "true"
 
 
@@ -175,9 +195,11 @@ def _int_option(
     try:
         v = int(opts[name])
     except ValueError:
-        raise ConfigError(f"option {name}: {opts[name]!r} is not an integer; expected {lo}..{hi}") from None
+        raise ConfigError(
+            f"option {_named(name)}: {opts[name]!r} is not an integer; expected {lo}..{hi}"
+        ) from None
     if not lo <= v <= hi:
-        raise ConfigError(f"option {name}: {v} is out of range; expected {lo}..{hi}")
+        raise ConfigError(f"option {_named(name)}: {v} is out of range; expected {lo}..{hi}")
     return v
 
 

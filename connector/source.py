@@ -17,6 +17,7 @@ from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 from pylog.connector.offsets import (
     OffsetRange,
     RootView,
+    check_given_offsets,
     ending_offsets,
     initial_spec,
     listing,
@@ -64,6 +65,8 @@ def plan_batch(opts: SourceOptions, bounds: Bounds | None = None) -> list[ReadTa
         tps = listing(view, opts.subscription)
         starts = initial_spec(opts.starting, tps, default="earliest", subscription=opts.subscription)
         ends = ending_offsets(opts, view, tps)
+        check_given_offsets(opts.starting, view, tps, opts.fail_on_data_loss)
+        ends.update(check_given_offsets(opts.ending, view, tps, opts.fail_on_data_loss))
         ranges = []
         for tp in tps:
             if not bounds.allows(*tp):

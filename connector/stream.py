@@ -46,6 +46,7 @@ from pylog.connector.offsets import (
     RootView,
     TopicPartition,
     backlog,
+    check_given_offsets,
     from_json,
     initial_spec,
     is_offset,
@@ -100,6 +101,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             spec = initial_spec(
                 self.opts.starting, tps, default="latest", subscription=self.opts.subscription
             )
+            check_given_offsets(self.opts.starting, view, tps, self.opts.fail_on_data_loss)
             self._initial = to_json(spec)
         return self._initial
 

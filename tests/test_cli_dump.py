@@ -176,3 +176,22 @@ def test_torn_broker_segment_dumps_with_exit_0_and_verify_fails(tmp_path: Path) 
     )
     assert verified.returncode == 1
     assert "30 invalid bytes at the end of the log" in verified.stdout
+
+
+def test_a_reader_that_stops_early_is_not_an_error_of_the_file(tmp_path: Path) -> None:
+    """``pylog dump ... | head``: the closed pipe ends the dump quietly; it is not reported as a
+    problem of the segment being dumped (it used to print "<file>: Broken pipe")."""
+    values = [b"v%06d" % i for i in range(20_000)]
+    log = tmp_path / "00000000000000000000.log"
+    log.write_bytes(records.encode(values, None, 1000, batch_bytes=4096).tobytes())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pylog.cli", "dump", "--files", str(log), "--print-data-log"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.read(100).startswith(b"Dumping ")
+    proc.stdout.close()  # as `head` does: the dump's next writes fail with EPIPE
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 1
+    assert "Broken pipe" not in err and str(log) not in err, err

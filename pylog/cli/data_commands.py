@@ -243,7 +243,7 @@ def produce_command(parser: argparse.ArgumentParser) -> Runner:
                         total += _flush(root, args, pending, written)
                 total += _flush(root, args, pending, written)
         except (PylogError, ValueError, OSError) as e:
-            return fail("produce", e, f"{e} ({total} records were appended before the error)")
+            return fail("produce", e, f"{e} ({_records(total)} appended before the error)")
         finally:
             if args.file:
                 src.close()
@@ -251,7 +251,7 @@ def produce_command(parser: argparse.ArgumentParser) -> Runner:
             parts = {str(p): written[p] for p in sorted(written)}
             print(json.dumps({"topic": args.topic, "records": total, "partitions": parts}))
         else:
-            print(f"appended {total} records to {args.topic}", file=sys.stderr)
+            print(f"appended {_records(total)} to {args.topic}", file=sys.stderr)
         return 0
 
     return run
@@ -411,7 +411,7 @@ def _consume(args: argparse.Namespace) -> int:
                     table = table.slice(0, max(0, limit - printed))
                 for row in _rows(table):
                     print(format_record(row, args.format, args.separator))
-                printed += table.num_rows
+                    printed += 1
                 positions[p] = int(table.column("offset")[-1].as_py()) + 1 if table.num_rows else positions[p]
                 if limit is not None and printed >= limit:
                     return 0
@@ -424,7 +424,7 @@ def _consume(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 0
     finally:
-        print(f"consumed {printed} records", file=sys.stderr)
+        print(f"consumed {_records(printed)}", file=sys.stderr)
 
 
 def _rows(table: pa.Table) -> Iterator[dict[str, Any]]:
@@ -504,3 +504,7 @@ def recover_command(parser: argparse.ArgumentParser) -> Runner:
         return 0
 
     return run
+
+
+def _records(n: int) -> str:
+    return f"{n} record" if n == 1 else f"{n} records"

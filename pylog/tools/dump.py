@@ -148,6 +148,8 @@ def dump(
             continue
         try:
             handler(path, opts)
+        except BrokenPipeError:
+            raise  # the reader of the output went away (`| head`): not the file's problem
         except (PylogError, OSError) as e:
             opts.problems.failed = True
             opts.out.flush()

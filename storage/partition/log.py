@@ -58,7 +58,7 @@ def check_keys(config: LogConfig, key: Any, where: str) -> None:
     if k.null_count:
         raise InvalidOffsetError(
             f"{where}: compacted topic (cleanup.policy=compact) requires a key on every "
-            f"record; {k.null_count} records have a null key"
+            f"record; {k.null_count} of {len(k)} records have a null key"
         )
 
 

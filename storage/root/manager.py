@@ -316,8 +316,9 @@ class Root(Transactions, TableReading):
     ) -> dict[int, AppendInfo]:
         """Append records to ``topic``; returns what was written per partition.
 
-        ``data`` is a ``pyarrow.Table`` with a ``value`` column (and optionally ``key``,
-        ``timestamp``, ``headers``, ``partition``) or the values themselves.  Records go to
+        ``data`` is a ``pyarrow.Table`` (or record batch, dict of columns, pandas DataFrame) with a
+        ``value`` column (and optionally ``key``, ``timestamp``, ``headers``, ``partition``), or
+        a list (or Arrow array) of the values themselves.  Records go to
         ``partition`` if given, else to their ``partition`` column, else to Kafka's murmur2
         partition of their key; records without a key share one partition chosen round robin.
 

@@ -52,8 +52,7 @@ class Router:
         """The records of ``data`` (a table with a ``value`` column and optionally ``key``,
         ``timestamp``, ``headers``, ``partition``, or the values themselves) per partition,
         in partition order; raises :class:`ConfigError` before anything is written."""
-        if isinstance(data, pa.RecordBatch):
-            data = pa.Table.from_batches([data])
+        data = _as_table_or_values(data)
         parts: np.ndarray | None = None
         if isinstance(data, pa.Table):
             cols = set(data.column_names)
@@ -107,6 +106,31 @@ class Router:
             }
             out[int(sorted_parts[lo])] = Rows(**sl)
         return out
+
+
+def _as_table_or_values(data: Any) -> pa.Table | Any:
+    """``data`` as a table when it holds columns (a record batch, a dict of columns, a pandas
+    DataFrame), else as it is (the values); a lone ``str``/``bytes`` is refused (iterated, it
+    would be one record per character or byte)."""
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    if isinstance(data, dict):
+        try:
+            return pa.table(data)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as e:
+            raise ConfigError(f"the dict of columns does not make a table: {e}") from e
+    if type(data).__name__ == "DataFrame" and hasattr(data, "columns") and hasattr(data, "iloc"):
+        try:  # pandas (imported only by whoever passes one)
+            return pa.Table.from_pandas(data, preserve_index=False)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as e:
+            raise ConfigError(f"the DataFrame does not convert to Arrow: {e}") from e
+    if isinstance(data, str | bytes | bytearray | memoryview):
+        raise ConfigError(
+            f"append takes records, not a single {type(data).__name__}: a table (or record batch, "
+            "dict of columns, pandas DataFrame) with a 'value' column, or a list of values; "
+            f"for one record, pass [{data[:20]!r}]"
+        )
+    return data
 
 
 def _partition_number(partition: Any) -> int:

@@ -49,6 +49,10 @@ def test_options_and_sink_identity(tmp_path: Path) -> None:
         parse_sink_options({}, streaming=True)
     with pytest.raises(ConfigError, match="unknown pylog sink option"):
         opts(tmp_path, kafkaBootstrap="x")
+    with pytest.raises(ConfigError, match=r"directwrite \(did you mean directWrites\?\)"):
+        opts(tmp_path, directWrite="false")  # a typo gets the documented spelling of the option
+    with pytest.raises(ConfigError, match=r"option lockTimeoutMs: 'soon'"):
+        opts(tmp_path, lockTimeoutMs="soon")  # (Spark lower-cases option names; messages do not)
     with pytest.raises(ConfigError, match="replace it with the option path"):
         opts(tmp_path, **{"kafka.bootstrap.servers": "h:9092"})
     assert opts(tmp_path, **{"kafka.acks": "all"}).topic == "t"  # producer settings: ignored, warned

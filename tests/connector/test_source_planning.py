@@ -190,6 +190,18 @@ def ranges_of(reader: StreamReader, start: dict, end: dict) -> list[tuple[str, i
     ]
 
 
+def test_a_starting_offset_beyond_the_log_end_is_reported_naming_the_option(
+    root: pylog.Root, backend: Backend
+) -> None:
+    with pytest.raises(
+        DataLossError, match=r"option startingOffsets: t-0 was 999 but its log ends at offset 50"
+    ):
+        stream(backend, startingOffsets='{"t":{"0":999,"1":-2}}').initialOffset()
+    assert stream(
+        backend, startingOffsets='{"t":{"0":999,"1":-2}}', failOnDataLoss="false"
+    ).initialOffset() == {"t": {"0": 999, "1": -2}}
+
+
 def test_initial_offset_is_the_same_on_every_call_and_run(root: pylog.Root, backend: Backend) -> None:
     for kw, initial in [
         ({}, {"t": {"0": -1, "1": -1}}),
@@ -310,6 +322,33 @@ def test_batch_ranges_and_starting_ending_options(root: pylog.Root, backend: Bac
         plan(assign='{"t":[7]}')
     with pytest.raises(Exception, match="beginning offset 30 is after the ending offset 10 for t-0"):
         plan(assign='{"t":[0]}', startingOffsets='{"t":{"0":30}}', endingOffsets='{"t":{"0":10}}')
+    with pytest.raises(SourceOptionError, match=r"missing: t-1; not in the subscription .*: t-9"):
+        plan(subscribe="t", startingOffsets='{"t":{"0":1,"9":0}}')
+    # offsets the logs have not reached: reported on the driver, naming the option (Kafka's
+    # fetchSpecificOffsets check), not as a truncated log inside a task
+    with pytest.raises(
+        DataLossError, match=r"option endingOffsets: t-0 was 999 but its log ends at offset 50"
+    ):
+        plan(assign='{"t":[0]}', endingOffsets='{"t":{"0":999}}')
+    with pytest.raises(
+        DataLossError, match=r"option startingOffsets: t-1 was 25 but its log ends at offset 20"
+    ):
+        plan(assign='{"t":[1]}', startingOffsets='{"t":{"1":25}}')
+    # with failOnDataLoss=false the read goes on, to the end of the log
+    assert plan(assign='{"t":[0]}', endingOffsets='{"t":{"0":999}}', failOnDataLoss="false") == [(0, 0, 50)]
+
+
+def test_subscribing_to_a_topic_that_does_not_exist_reads_nothing_and_says_so(
+    root: pylog.Root, backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As in Kafka, nothing is read from a topic that does not exist (it may be created later);
+    the driver logs it once, with the closest existing name (a typo is the usual cause)."""
+    o = parse_options({k.lower(): v for k, v in {**backend.spark_options(), "subscribe": "tt,t"}.items()})
+    with caplog.at_level("WARNING", logger="pylog.connector"):
+        assert {t.topic for t in plan_batch(o.for_batch())} == {"t"}
+        plan_batch(o.for_batch())
+    said = [r.getMessage() for r in caplog.records if "no topic tt" in r.getMessage()]
+    assert len(said) == 1 and "did you mean t for tt?" in said[0], said
 
 
 def test_filters_fold_into_bounds_exactly() -> None:

@@ -190,6 +190,28 @@ def test_append_with_scalar_timestamp_and_keys(backend: Backend) -> None:
         assert {ts.timestamp() for ts in t.column("timestamp").to_pylist()} == {1.234}
 
 
+def test_append_takes_dicts_and_dataframes_of_columns_and_refuses_a_lone_string(tmp_path: Path) -> None:
+    """A dict of columns and a pandas DataFrame are tables (their ``key`` column is the key, not
+    a value); a lone str or bytes would be one record per character: refused, nothing written."""
+    pd = pytest.importorskip(
+        "pandas", reason="pandas (installed with the spark extra) is needed to build a DataFrame"
+    )
+    with pylog.open(tmp_path) as root:
+        root.create_topic("t", partitions=1)
+        root.append("t", {"key": [b"k"], "value": [b"v"]})
+        root.append("t", pd.DataFrame({"key": [b"k1", b"k2"], "value": [b"v1", b"v2"]}))
+        for bad, why in (
+            ("hello", "not a single str"),
+            (b"hello", "not a single bytes"),
+            ({"value": [b"a"], "key": [b"x", b"y"]}, "dict of columns does not make a table"),
+        ):
+            with pytest.raises(ConfigError, match=why):
+                root.append("t", bad)
+        t = root.read_table("t")
+        assert t.column("key").to_pylist() == [b"k", b"k1", b"k2"]
+        assert t.column("value").to_pylist() == [b"v", b"v1", b"v2"]
+
+
 def test_log_start_offset_without_opening_a_log_is_the_opened_logs(backend: Backend, tmp_path: Path) -> None:
     """What a stream's planner asks for a partition read from ``earliest``: the same answer as
     the opened log's, from the checkpoint and the segment names, whatever retention did."""
