@@ -53,10 +53,10 @@ DATA_LOSS_HINT = (
 )
 
 
-def report_data_loss(message: str, fail_on_data_loss: bool) -> None:
+def report_data_loss(message: str, fail_on_data_loss: bool, hint: str = DATA_LOSS_HINT) -> None:
     """Kafka's ``reportDataLoss``: raise with failOnDataLoss=true, else log and go on."""
     if fail_on_data_loss:
-        raise DataLossError(message + DATA_LOSS_HINT)
+        raise DataLossError(message + hint)
     log.warning("%s Continuing, as failOnDataLoss is false.", message)
 
 
@@ -286,10 +286,11 @@ def _check_covers(
 def check_given_offsets(
     spec: OffsetSpec | None, view: RootView, tps: list[TopicPartition], fail_on_data_loss: bool
 ) -> dict[TopicPartition, int]:
-    """Kafka's check of specific starting or ending offsets (``fetchSpecificOffsets``): an
-    offset a partition's log has not reached is reported, naming the option, per
-    ``failOnDataLoss``.  Returns the log end offsets of those partitions (to clamp to when the
-    query goes on)."""
+    """Specific starting or ending offsets that a partition's log has not reached are reported
+    on the driver, naming the option, per ``failOnDataLoss`` (Spark's Kafka source finds them
+    later: inside a batch read's task, or as batch 0's "offset was changed").  Returns the
+    partitions' end offsets (their last stable offsets under read_committed), to clamp to when
+    the query goes on."""
     if spec is None or spec.kind != "offsets":
         return {}
     given = spec.per_partition()
@@ -299,14 +300,21 @@ def check_given_offsets(
         if v is not None and v >= 0 and v > (end := view.latest(tp)):
             beyond[tp] = end
     if beyond:
+        bound = (
+            "its last stable offset is {} (the records above it belong to a transaction still open, "
+            "which read_committed does not read)"
+            if view.isolation_level == "read_committed"
+            else "its log ends at offset {} (no record has that offset yet)"
+        )
         report_data_loss(
             f"option {spec.option}: "
             + ", ".join(
-                f"{t}-{p} was {given[(t, p)]} but its log ends at offset {e}"
-                for (t, p), e in sorted(beyond.items())
+                f"{t}-{p} was {given[(t, p)]} but " + bound.format(e) for (t, p), e in sorted(beyond.items())
             )
-            + " (an offset no record of the partition has reached yet).",
+            + ".",
             fail_on_data_loss,
+            " Give offsets the logs hold (-1 for latest), or set the source option failOnDataLoss to false "
+            "to read up to the end of each log.",
         )
     return beyond
 

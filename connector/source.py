@@ -65,14 +65,15 @@ def plan_batch(opts: SourceOptions, bounds: Bounds | None = None) -> list[ReadTa
         tps = listing(view, opts.subscription)
         starts = initial_spec(opts.starting, tps, default="earliest", subscription=opts.subscription)
         ends = ending_offsets(opts, view, tps)
-        check_given_offsets(opts.starting, view, tps, opts.fail_on_data_loss)
-        ends.update(check_given_offsets(opts.ending, view, tps, opts.fail_on_data_loss))
+        read = [tp for tp in tps if bounds.allows(*tp)]  # (partitions filtered out are not checked)
+        starts_beyond = check_given_offsets(opts.starting, view, read, opts.fail_on_data_loss)
+        ends.update(check_given_offsets(opts.ending, view, read, opts.fail_on_data_loss))
         ranges = []
-        for tp in tps:
-            if not bounds.allows(*tp):
-                continue
+        for tp in read:
             start = resolve(view, tp, starts[tp], strategy=opts.timestamp_strategy)
             end = ends[tp]
+            if tp in starts_beyond:  # reported, and failOnDataLoss is false: nothing to read there
+                start = end = min(start, end)
             if start > end:
                 raise PylogError(
                     f"beginning offset {start} is after the ending offset {end} for {tp[0]}-{tp[1]}: the "

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pylog.cli import COMMANDS
 from pylog.connector.options import DEFAULT_GROUP_ID_PREFIX, OPTIONS, parse_options
-from pylog.connector.sink_options import SINK_OPTIONS, parse_sink_options
+from pylog.connector.sink_options import SINK_OPTIONS, SPELLING, parse_sink_options
 from pylog.storage.backends.objectstore import PYLOG_OPTIONS, ObjectStore
 from pylog.storage.codec import records
 from pylog.storage.config import CleanerConfig, LogConfig
@@ -161,6 +161,12 @@ def _check_sink_defaults() -> None:
         raise SystemExit(
             f"docs/reference.py: SINK_DOCS and connector/sink_options.SINK_OPTIONS differ on "
             f"{sorted(documented ^ set(SINK_OPTIONS))}"
+        )
+    spelled = {k for k in SINK_DOCS if k != k.lower()}
+    if spelled != set(SPELLING.values()):
+        raise SystemExit(
+            "docs/reference.py: the option names SINK_DOCS spells in mixed case and "
+            f"connector/sink_options.SPELLING differ on {sorted(spelled ^ set(SPELLING.values()))}"
         )
     o = parse_sink_options({"path": "/data/logs"}, streaming=False)
     facts = {

@@ -9,6 +9,8 @@ per row.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +56,22 @@ class Router:
         in partition order; raises :class:`ConfigError` before anything is written."""
         data = _as_table_or_values(data)
         parts: np.ndarray | None = None
-        if isinstance(data, pa.Table):
+        if isinstance(data, Mapping):  # columns given as Python sequences: each as its argument is
+            if "value" not in data:
+                raise ConfigError(f"the columns need a 'value' column; they are {sorted(map(str, data))}")
+            value = data["value"]
+            key = data.get("key", key)
+            timestamp = data.get("timestamp", timestamp)
+            headers = data.get("headers", headers)
+            if partition is None and "partition" in data:
+                try:
+                    column = pa.chunked_array([pa.array(data["partition"])])
+                except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as e:
+                    raise ConfigError(
+                        f"the 'partition' column must hold integer partition numbers: {e}"
+                    ) from e
+                parts = _partition_column(column)
+        elif isinstance(data, pa.Table):
             cols = set(data.column_names)
             if "value" not in cols:
                 raise ConfigError(f"the table needs a 'value' column; it has {sorted(cols)}")
@@ -68,6 +85,8 @@ class Router:
             value = data
         values = to_binary_array(value, "value")
         n_rows = len(values)
+        if isinstance(key, str | bytes):  # one key for every record
+            key = pa.array([key] * n_rows, pa.binary())
         _check_length(key, "key", n_rows)
         _check_length(headers, "headers", n_rows)
         if timestamp is not None:
@@ -108,27 +127,21 @@ class Router:
         return out
 
 
-def _as_table_or_values(data: Any) -> pa.Table | Any:
-    """``data`` as a table when it holds columns (a record batch, a dict of columns, a pandas
-    DataFrame), else as it is (the values); a lone ``str``/``bytes`` is refused (iterated, it
-    would be one record per character or byte)."""
+def _as_table_or_values(data: Any) -> pa.Table | Mapping[Any, Any] | Any:
+    """``data`` as a table (a record batch), a mapping of columns (a dict, or a pandas
+    DataFrame's columns as lists), or as it is (the values); a lone ``str``/``bytes`` is
+    refused (iterated, it would be one record per character or byte)."""
     if isinstance(data, pa.RecordBatch):
         return pa.Table.from_batches([data])
-    if isinstance(data, dict):
-        try:
-            return pa.table(data)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as e:
-            raise ConfigError(f"the dict of columns does not make a table: {e}") from e
-    if type(data).__name__ == "DataFrame" and hasattr(data, "columns") and hasattr(data, "iloc"):
-        try:  # pandas (imported only by whoever passes one)
-            return pa.Table.from_pandas(data, preserve_index=False)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as e:
-            raise ConfigError(f"the DataFrame does not convert to Arrow: {e}") from e
+    pandas = sys.modules.get("pandas")  # (imported by whoever passes a DataFrame)
+    if pandas is not None and isinstance(data, pandas.DataFrame):
+        return {column: data[column].tolist() for column in data.columns}
     if isinstance(data, str | bytes | bytearray | memoryview):
+        shown = data[:20] if isinstance(data, str | bytes) else bytes(data[:20])
         raise ConfigError(
             f"append takes records, not a single {type(data).__name__}: a table (or record batch, "
             "dict of columns, pandas DataFrame) with a 'value' column, or a list of values; "
-            f"for one record, pass [{data[:20]!r}]"
+            f"for one record, pass [{shown!r}]"
         )
     return data
 

@@ -334,8 +334,26 @@ def test_batch_ranges_and_starting_ending_options(root: pylog.Root, backend: Bac
         DataLossError, match=r"option startingOffsets: t-1 was 25 but its log ends at offset 20"
     ):
         plan(assign='{"t":[1]}', startingOffsets='{"t":{"1":25}}')
-    # with failOnDataLoss=false the read goes on, to the end of the log
+    # with failOnDataLoss=false the read goes on, to the end of the log (nothing from a start past it)
     assert plan(assign='{"t":[0]}', endingOffsets='{"t":{"0":999}}', failOnDataLoss="false") == [(0, 0, 50)]
+    lenient = {
+        "startingOffsets": '{"t":{"0":60}}',
+        "endingOffsets": '{"t":{"0":70}}',
+        "failOnDataLoss": "false",
+    }
+    assert [(p, s, e) for p, s, e in plan(assign='{"t":[0]}', **lenient) if e > s] == []
+    # a partition a pushed-down filter leaves out is not checked
+    o = parse_options(
+        {
+            k.lower(): v
+            for k, v in {
+                **backend.spark_options(),
+                "subscribe": "t",
+                "endingOffsets": '{"t":{"0":999,"1":-1}}',
+            }.items()
+        }
+    ).for_batch()
+    assert [(t.partition, t.start, t.end) for t in plan_batch(o, Bounds(partition_lo=1))] == [(1, 0, 20)]
 
 
 def test_subscribing_to_a_topic_that_does_not_exist_reads_nothing_and_says_so(

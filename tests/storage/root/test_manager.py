@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import numpy as np
@@ -203,13 +204,20 @@ def test_append_takes_dicts_and_dataframes_of_columns_and_refuses_a_lone_string(
         for bad, why in (
             ("hello", "not a single str"),
             (b"hello", "not a single bytes"),
-            ({"value": [b"a"], "key": [b"x", b"y"]}, "dict of columns does not make a table"),
+            ({"value": [b"a"], "key": [b"x", b"y"]}, r"key: has 2 values, expected 1"),
+            ({"key": [b"x"]}, "the columns need a 'value' column"),
         ):
             with pytest.raises(ConfigError, match=why):
                 root.append("t", bad)
+        # each column as its argument would be: null keys, header pairs, one key for every record
+        root.append(
+            "t", types.MappingProxyType({"key": [None], "value": [b"v3"], "headers": [[("h", b"x")]]})
+        )
+        root.append("t", [b"v4", b"v5"], key="same")
         t = root.read_table("t")
-        assert t.column("key").to_pylist() == [b"k", b"k1", b"k2"]
-        assert t.column("value").to_pylist() == [b"v", b"v1", b"v2"]
+        assert t.column("key").to_pylist() == [b"k", b"k1", b"k2", None, b"same", b"same"]
+        assert t.column("value").to_pylist() == [b"v", b"v1", b"v2", b"v3", b"v4", b"v5"]
+        assert t.column("headers").to_pylist()[3] == [{"key": "h", "value": b"x"}]
 
 
 def test_log_start_offset_without_opening_a_log_is_the_opened_logs(backend: Backend, tmp_path: Path) -> None:
