@@ -25,9 +25,12 @@ pyproject.toml checks it).
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator, Sequence
 from types import FrameType
+from typing import Any, NoReturn
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -44,7 +47,7 @@ from pylog.connector.options import SourceOptions, parse_options
 from pylog.connector.sink import PylogBatchWriter, PylogStreamWriter, make_writer
 from pylog.connector.source import BatchReader, PushdownBatchReader
 from pylog.connector.stream import StreamReader
-from pylog.storage.errors import SourceOptionError
+from pylog.storage.errors import PylogError, SourceOptionError
 
 
 def spark_schema(include_headers: bool = False) -> StructType:
@@ -85,8 +88,14 @@ class DefaultSource(DataSource):
         return PushdownBatchReader(opts) if _planning_with_pushdown() else BatchReader(opts)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        opts = self._parsed().for_stream()
-        _check_schema(schema, opts)
+        try:
+            opts = self._parsed().for_stream()
+            _check_schema(schema, opts)
+        except PylogError as e:
+            # raised from here, the error reaches the user chained to PySpark 4.3's own
+            # UnboundLocalError (its stream runner calls ``reader.stop()`` in a ``finally`` where
+            # ``reader`` was never assigned): a reader that raises it from its first call instead
+            return _RefusedStreamReader(e)
         return StreamReader(opts)
 
     def writer(self, schema: StructType, overwrite: bool) -> PylogBatchWriter:
@@ -94,6 +103,31 @@ class DefaultSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> PylogStreamWriter:
         return make_writer(self.options, schema, overwrite, streaming=True)
+
+
+class _RefusedStreamReader(DataSourceStreamReader):
+    """The stream reader of options refused when the query starts: every call raises why."""
+
+    def __init__(self, error: PylogError):
+        self.error = error
+
+    def _refuse(self) -> NoReturn:
+        raise self.error
+
+    def initialOffset(self) -> dict[str, Any]:
+        self._refuse()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        self._refuse()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        self._refuse()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        self._refuse()
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        self._refuse()
 
 
 def _check_schema(schema: StructType, opts: SourceOptions) -> None:
