@@ -118,3 +118,20 @@ def test_describe_shows_consumer_lag(filled: Backend, capsys: pytest.CaptureFixt
     assert c["group"] == "my-query" and c["lag"] == ends[0] - 10 + ends[1]
     assert main(["describe", *args]) == 0
     assert "query my-query: lag" in capsys.readouterr().out
+
+
+def test_describe_some_topics_only(filled: Backend, capsys: pytest.CaptureFixture[str]) -> None:
+    from pylog.storage.root.consumers import write_consumer_offsets
+
+    with filled.open() as root:
+        root.create_topic("other", 1)
+        root.append("other", [b"x"])
+        write_consumer_offsets(root.storage, "reads-other", {("other", 0): 0})
+        write_consumer_offsets(root.storage, "reads-events", {("events", 0): 10})
+    assert main(["describe", filled.url, "other", *filled.cli_args(), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert [t["topic"] for t in info["topics"]] == ["other"]
+    assert [(c["group"], c["lag"]) for c in info["consumers"]] == [("reads-other", 1)]
+    assert main(["describe", filled.url, "events", "nope", *filled.cli_args()]) == 1
+    err = capsys.readouterr().err
+    assert "no topic 'nope'" in err and "its topics: events, other" in err

@@ -104,16 +104,18 @@ def dump_command(parser: argparse.ArgumentParser) -> Runner:
     "describe",
     "show the topics, partitions, segments, offsets and sizes of a root",
     "Describe a pylog root (or a Kafka log directory): topics with their partition count and "
-    "config overrides, and per partition the log start and end offsets, segments and bytes. "
+    "config overrides, and per partition the log start and end offsets, segments and bytes; "
+    "then each consumer group's lag. Topics named after the root limit it to those. "
     "Opens the root read-only: safe beside a running writer.",
 )
 def describe_command(parser: argparse.ArgumentParser) -> Runner:
     add_root_argument(parser)
+    parser.add_argument("topics", nargs="*", metavar="TOPIC", help="only these topics (default: all)")
     parser.add_argument("--json", action="store_true", help="print one JSON object, for scripts")
 
     def run(args: argparse.Namespace) -> int:
         try:
-            info = describe(open_args_root(args, read_only=True))
+            info = describe(open_args_root(args, read_only=True), args.topics)
         except PylogError as e:
             return fail("describe", e)
         print(json.dumps(info, indent=1) if args.json else format_describe(info))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, TypedDict
 
@@ -16,7 +16,7 @@ import numpy as np
 
 from pylog.storage.backends.local import LocalStorage
 from pylog.storage.codec import records
-from pylog.storage.errors import PylogError
+from pylog.storage.errors import PylogError, UnknownTopicError
 from pylog.storage.maintenance.cleanable import log_to_clean
 from pylog.storage.partition import checkpoint as ckpt
 from pylog.storage.root import publish as pub
@@ -73,12 +73,22 @@ class RootInfo(TypedDict):
     consumers: list[ConsumerInfo]
 
 
-def describe(root: Root) -> RootInfo:
-    """Topics, partitions, segments, sizes, offsets and configs of ``root``."""
+def describe(root: Root, only: Sequence[str] | None = None) -> RootInfo:
+    """Topics, partitions, segments, sizes, offsets and configs of ``root`` (of the topics
+    ``only``, when given: the consumer groups then show those topics' partitions only)."""
+    names = root.topics()
+    if only:
+        missing = [t for t in only if t not in names]
+        if missing:
+            raise UnknownTopicError(
+                f"no topic {', '.join(map(repr, missing))} in {root.storage.describe()}; "
+                f"its topics: {', '.join(names) or 'none'}"
+            )
+        names = [t for t in names if t in set(only)]
     topics: list[TopicInfo] = []
     cleaner = ckpt.read_offsets(root.storage, ckpt.CLEANER_OFFSET)  # {} when there is none
     now = int(time.time() * 1000)
-    for topic in root.topics():
+    for topic in names:
         parts: list[PartitionInfo] = []
         for p in range(root.partitions(topic)):
             lg = root.log(topic, p)
@@ -121,6 +131,10 @@ def describe(root: Root) -> RootInfo:
     latest = {(t["topic"], p["partition"]): p["log_end_offset"] for t in topics for p in t["partitions"]}
     consumers: list[ConsumerInfo] = []
     for group, consumed in sorted(read_consumer_offsets(root.storage).items()):
+        if only:
+            consumed = {tp: off for tp, off in consumed.items() if tp[0] in names}
+            if not consumed:
+                continue
         subscribed = {tp: end for tp, end in latest.items() if tp[0] in {t for t, _ in consumed}}
         lag = consumer_lag(consumed, subscribed)
         lags: list[ConsumerPartitionInfo] = [
