@@ -72,3 +72,18 @@ def local_spark(app: str) -> Any:
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(DefaultSource)
     return spark
+
+
+def shown(path: Path) -> str:
+    """``path`` relative to the working directory when it is under it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def pylog_command() -> str:
+    """How to run the ``pylog`` command from the working directory: the one installed beside
+    this Python (``.venv/bin/pylog`` from the repository root), else ``pylog`` on the PATH."""
+    beside = Path(sys.executable).parent / "pylog"
+    return shown(beside) if beside.exists() else "pylog"

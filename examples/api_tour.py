@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 import pyarrow as pa
-from _common import demo_dir
+from _common import demo_dir, pylog_command, shown
 
 import pylog
 from pylog.storage.codec import records
@@ -67,7 +67,7 @@ def main() -> None:
         f"\n{seg}: {len(rs.batches)} batches, codec {int(rs.batches.codec[0])} (lz4), "
         f"offsets {int(rs.batches.base_offset[0])}..{int(rs.batches.last_offset[-1])}"
     )
-    print(f"inspect it like kafka-dump-log.sh:  .venv/bin/pylog dump --files {seg} | head")
+    print(f"inspect it like kafka-dump-log.sh:  {pylog_command()} dump --files {shown(seg)} | head")
     print(
         "\nnext: examples/demo.py (make demo: the Spark streaming pipeline), duckdb_analytics.py, "
         "changelog_compaction.py, kafka_interop.py and the notebook examples/analyst.ipynb (see README.md)"

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from _common import demo_dir, local_spark
+from _common import demo_dir, local_spark, pylog_command, shown
 from rich.console import Console
 from rich.live import Live
 from rich.progress_bar import ProgressBar
@@ -310,14 +310,6 @@ class Say:
 # ============================================================================ summary
 
 
-def shown(path: Path) -> str:
-    """``path`` relative to the working directory when it is under it."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
-
-
 def summarize(
     spark: Any, base: Path, events: Events, write: Progress, read: Progress, segs: Segments, say: Say
 ) -> bool:
@@ -386,7 +378,7 @@ def summarize(
             f"latest: seq {row['latest_seq']}, {row['celsius']} °C"
         )
 
-    pylog_cmd = shown(Path(sys.executable).parent / "pylog")
+    pylog_cmd = pylog_command()
     segment = root / f"{TOPIC}-0" / f"{0:020d}.log"
     say("\nfiles:")
     say(f"  {shown(root)}/  the topic, a Kafka log directory: {TOPIC}-0/ ... {TOPIC}-{PARTITIONS - 1}/")

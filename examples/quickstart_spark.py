@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from _common import demo_dir, local_spark
+from _common import demo_dir, local_spark, pylog_command, shown
 
 import pylog
 
@@ -164,7 +164,7 @@ def main() -> None:
             for p in range(log_root.partitions(topic)):
                 lg = log_root.log(topic, p)
                 print(f"  {topic}-{p}: offsets {lg.log_start_offset}..{lg.log_end_offset}, {lg.size:,} bytes")
-    print(f"\nthe root is a Kafka log directory; inspect it with: .venv/bin/pylog describe {root}")
+    print(f"\nthe root is a Kafka log directory; inspect it with: {pylog_command()} describe {shown(root)}")
 
 
 if __name__ == "__main__":
