@@ -161,7 +161,7 @@ def format_describe(info: RootInfo) -> str:
             f"config: {overrides}"
         )
         out.append(
-            f"  {'partition':>9} {'start':>12} {'end':>12} {'records*':>12} {'segments':>8} {'bytes':>14}"
+            f"  {'partition':>9} {'start':>12} {'end':>12} {'offsets*':>12} {'segments':>8} {'bytes':>14}"
         )
         for p in t["partitions"]:
             span = p["log_end_offset"] - p["log_start_offset"]
@@ -175,7 +175,10 @@ def format_describe(info: RootInfo) -> str:
                 "or pylog.connector.maintenance.run as a Spark job)"
             )
     if info["topics"]:
-        out.append("\n* end - start: the offsets in range (compaction and control records leave gaps)")
+        out.append(
+            "\n* end - start: offsets in range; a partition may hold fewer records "
+            "(compaction and transaction markers leave gaps)"
+        )
     for c in info.get("consumers", []):
         out.append(f"\nquery {c['group']}: lag {c['lag']} records")
         for cp in c["partitions"]:
