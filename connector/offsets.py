@@ -163,10 +163,10 @@ def listing(view: RootView, subscription: Subscription) -> list[TopicPartition]:
                 f"option assign: topic-partitions that do not exist in {view.path}: {detail}"
             )
     elif subscription.kind == "subscribe":
-        absent = [t for t in subscription.topics if t not in view.root.topics()]
+        known = view.root.topics()
+        absent = [t for t in subscription.topics if t not in known]
         if absent and (view.path, tuple(absent)) not in _warned_absent:
             _warned_absent.add((view.path, tuple(absent)))  # once per process, not every trigger
-            known = view.root.topics()
             close = {t: difflib.get_close_matches(t, known, n=1) for t in absent}
             log.warning(
                 "option subscribe: no topic %s in %s (yet): nothing is read from it until it is created%s",

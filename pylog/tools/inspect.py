@@ -84,7 +84,7 @@ def describe(root: Root, only: Sequence[str] | None = None) -> RootInfo:
                 f"no topic {', '.join(map(repr, missing))} in {root.storage.describe()}; "
                 f"its topics: {', '.join(names) or 'none'}"
             )
-        names = [t for t in names if t in set(only)]
+        names = [t for t in names if t in only]
     topics: list[TopicInfo] = []
     cleaner = ckpt.read_offsets(root.storage, ckpt.CLEANER_OFFSET)  # {} when there is none
     now = int(time.time() * 1000)

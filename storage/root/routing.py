@@ -56,37 +56,26 @@ class Router:
         in partition order; raises :class:`ConfigError` before anything is written."""
         data = _as_table_or_values(data)
         parts: np.ndarray | None = None
-        if isinstance(data, Mapping):  # columns given as Python sequences: each as its argument is
-            if "value" not in data:
-                raise ConfigError(f"the columns need a 'value' column; they are {sorted(map(str, data))}")
-            value = data["value"]
-            key = data.get("key", key)
-            timestamp = data.get("timestamp", timestamp)
-            headers = data.get("headers", headers)
-            if partition is None and "partition" in data:
-                try:
-                    column = pa.chunked_array([pa.array(data["partition"])])
-                except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as e:
-                    raise ConfigError(
-                        f"the 'partition' column must hold integer partition numbers: {e}"
-                    ) from e
-                parts = _partition_column(column)
-        elif isinstance(data, pa.Table):
-            cols = set(data.column_names)
+        if isinstance(data, pa.Table | Mapping):  # columns: each taken as its argument would be
+            if isinstance(data, pa.Table):
+                cols: Mapping[Any, Any] = {name: data.column(name) for name in data.column_names}
+                what = "the table needs a 'value' column; it has"
+            else:
+                cols, what = data, "the columns need a 'value' column; they are"
             if "value" not in cols:
-                raise ConfigError(f"the table needs a 'value' column; it has {sorted(cols)}")
-            value = data.column("value")
-            key = data.column("key") if "key" in cols else key
-            timestamp = data.column("timestamp") if "timestamp" in cols else timestamp
-            headers = data.column("headers") if "headers" in cols else headers
+                raise ConfigError(f"{what} {sorted(map(str, cols))}")
+            value = cols["value"]
+            key = cols.get("key", key)
+            timestamp = cols.get("timestamp", timestamp)
+            headers = cols.get("headers", headers)
             if partition is None and "partition" in cols:
-                parts = _partition_column(data.column("partition"))
+                parts = _partition_column(_chunked(cols["partition"]))
         else:
             value = data
         values = to_binary_array(value, "value")
         n_rows = len(values)
         if isinstance(key, str | bytes):  # one key for every record
-            key = pa.array([key] * n_rows, pa.binary())
+            key = pa.repeat(pa.scalar(key, pa.binary()), n_rows)
         _check_length(key, "key", n_rows)
         _check_length(headers, "headers", n_rows)
         if timestamp is not None:
@@ -154,6 +143,16 @@ def _partition_number(partition: Any) -> int:
             f"partition: expected an integer partition number, got {partition!r} ({type(partition).__name__})"
         )
     return int(partition)
+
+
+def _chunked(col: Any) -> pa.ChunkedArray:
+    """A ``partition`` column given as a Python sequence, as an Arrow one."""
+    if isinstance(col, pa.ChunkedArray):
+        return col
+    try:
+        return pa.chunked_array([col if isinstance(col, pa.Array) else pa.array(col)])
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as e:
+        raise ConfigError(f"the 'partition' column must hold integer partition numbers: {e}") from e
 
 
 def _partition_column(col: pa.ChunkedArray) -> np.ndarray:
