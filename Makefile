@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed-dev
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,spark,s3]'
+	$(PY) -m pip install --quiet -e '.[dev,spark,s3,serve]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -6,6 +6,7 @@ imported here in the order ``pylog --help`` lists them:
 * :mod:`~pylog.cli.inspection_commands` — ``dump``, ``describe``, ``verify`` (read only)
 * :mod:`~pylog.cli.maintenance_commands` — ``compact``, ``retain``
 * :mod:`~pylog.cli.data_commands` — ``create-topic``, ``produce``, ``consume``, ``recover``
+* :mod:`~pylog.cli.serve_command` — ``serve`` (Kafka's protocol, :mod:`pylog.server`)
 
 Adding a subcommand is one more function decorated with :func:`~pylog.cli.registry.command`
 in one of those modules (or a new module imported below).
@@ -24,6 +25,7 @@ from pylog.cli.registry import COMMANDS, Command, Runner, command
 from pylog.cli import inspection_commands  # noqa: F401
 from pylog.cli import maintenance_commands  # noqa: F401
 from pylog.cli import data_commands  # noqa: F401
+from pylog.cli import serve_command  # noqa: F401
 
 # isort: on
 

@@ -20,8 +20,10 @@ records of groups not updated for 7 days are removed by the next query that comm
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
+from urllib.parse import quote, unquote
 
 from pylog.storage.backends.fs import Storage
 from pylog.storage.errors import PylogError
@@ -30,12 +32,48 @@ from pylog.storage.partition import checkpoint as ckpt
 log = logging.getLogger("pylog.connector")
 
 CONSUMER_OFFSETS_PREFIX = "pylog-consumer-offsets."
+CONSUMER_METADATA_PREFIX = "pylog-consumer-metadata."
+"""The metadata strings a Kafka consumer committed with its offsets (``pylog serve``), as JSON
+``{"<topic>": {"<partition>": "<metadata>"}}``, beside the group's offsets file."""
 
 TopicPartition = tuple[str, int]
 
 
+def _file_part(group_id: str) -> str:
+    """A group id as part of a file name: Kafka's group ids may hold any character, so those
+    outside ``[A-Za-z0-9._-]`` are percent-encoded (a group id never names a path)."""
+    part = quote(group_id, safe="._-")
+    return part if part not in (".", "..") else quote(part.replace(".", "%2E"), safe="%")
+
+
 def consumer_offsets_file(group_id: str) -> str:
-    return f"{CONSUMER_OFFSETS_PREFIX}{group_id}"
+    return f"{CONSUMER_OFFSETS_PREFIX}{_file_part(group_id)}"
+
+
+def consumer_metadata_file(group_id: str) -> str:
+    return f"{CONSUMER_METADATA_PREFIX}{_file_part(group_id)}"
+
+
+def write_consumer_metadata(storage: Storage, group_id: str, metadata: Mapping[TopicPartition, str]) -> None:
+    """Atomically replace the committed metadata strings of ``group_id`` (empty ones are left out)."""
+    doc: dict[str, dict[str, str]] = {}
+    for (topic, p), text in sorted(metadata.items()):
+        if text:
+            doc.setdefault(topic, {})[str(p)] = text
+    storage.write_atomic(consumer_metadata_file(group_id), json.dumps(doc, sort_keys=True).encode())
+
+
+def read_consumer_metadata(storage: Storage, group_id: str) -> dict[TopicPartition, str]:
+    """The committed metadata strings of ``group_id`` (none: an empty mapping)."""
+    name = consumer_metadata_file(group_id)
+    if not storage.exists(name):
+        return {}
+    try:
+        doc = json.loads(storage.read(name))
+        return {(t, int(p)): str(v) for t, parts in doc.items() for p, v in parts.items()}
+    except (ValueError, AttributeError, TypeError) as e:
+        log.warning("skipping %s: not a metadata file (%s)", name, e)
+        return {}
 
 
 def write_consumer_offsets(storage: Storage, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
@@ -48,7 +86,7 @@ def read_consumer_offsets(storage: Storage) -> dict[str, dict[TopicPartition, in
     out: dict[str, dict[TopicPartition, int]] = {}
     for name in storage.listdir(""):
         if name.startswith(CONSUMER_OFFSETS_PREFIX) and not name.endswith(".tmp") and not storage.isdir(name):
-            group = name[len(CONSUMER_OFFSETS_PREFIX) :]
+            group = unquote(name[len(CONSUMER_OFFSETS_PREFIX) :])
             try:
                 out[group] = ckpt.read_offsets(storage, name)
             except PylogError as e:
@@ -73,7 +111,7 @@ def expire_consumer_offsets(
         modified = storage.modified_ms(name)
         if modified is not None and now_ms - modified > retention_ms and not storage.isdir(name):
             storage.delete(name)
-            removed.append(name[len(CONSUMER_OFFSETS_PREFIX) :])
+            removed.append(unquote(name[len(CONSUMER_OFFSETS_PREFIX) :]))
     return removed
 
 

@@ -124,7 +124,8 @@ class Root(Transactions, TableReading):
         for p in range(partitions):
             self.storage.makedirs(partition_dir(name, p))
         for p in range(partitions):
-            self._state.high_watermarks[(name, p)] = self.log(name, p).log_end_offset
+            lg = self.log(name, p)
+            lg.high_watermark = self._state.high_watermarks[(name, p)] = lg.log_end_offset
         pub.write_state(self.storage, self._state)
 
     @mutation
@@ -143,7 +144,8 @@ class Root(Transactions, TableReading):
             self.storage.makedirs(partition_dir(topic, p))
         self._meta.set_partitions(topic, old + count)
         for p in range(old, old + count):
-            self._state.high_watermarks[(topic, p)] = self.log(topic, p).log_end_offset
+            lg = self.log(topic, p)
+            lg.high_watermark = self._state.high_watermarks[(topic, p)] = lg.log_end_offset
         pub.write_state(self.storage, self._state)
         return old + count
 
@@ -354,6 +356,24 @@ class Root(Transactions, TableReading):
             self._acknowledge([(topic, p) for p in out])
         return out
 
+    @mutation
+    def append_batches(
+        self, batches: Mapping[tuple[str, int], bytes | memoryview], *, now: int | None = None
+    ) -> dict[tuple[str, int], AppendInfo]:
+        """Append encoded record batches (v2, CRCs checked, compressed batches kept as they are)
+        to several partitions as one acknowledgement: one fsync per log and one state write (on an
+        object store, one commit).  Offsets are assigned from each log end, as a partition leader
+        does; a batch that fails its checks raises before anything is written."""
+        self._ensure_writer()
+        keys = [self._partition_key(t, p) for t, p in batches]
+        self._ensure_high_watermarks(keys)
+        out: dict[tuple[str, int], AppendInfo] = {}
+        with self._fail_stop(keys):
+            for key, data in zip(keys, batches.values(), strict=True):
+                out[key] = self.writable_log(*key).append_batches(data, now=now)
+            self._acknowledge(keys)
+        return out
+
     @contextlib.contextmanager
     def _fail_stop(self, keys: list[tuple[str, int]]) -> Iterator[None]:
         """An error after bytes were appended to the logs of ``keys`` leaves unacknowledged
@@ -392,7 +412,10 @@ class Root(Transactions, TableReading):
             self._logs[key].flush()
         self._step("flushed")
         for key in keys:
-            self._state.high_watermarks[key] = self._logs[key].log_end_offset
+            lg = self._logs[key]
+            # the log's own high watermark moves too: maintenance and the last stable offset of
+            # a writer that stays open read it (retention and cleaning stop at it)
+            lg.high_watermark = self._state.high_watermarks[key] = lg.log_end_offset
         if sink is not None:
             self._state.record(sink)
         pub.write_state(self.storage, self._state)

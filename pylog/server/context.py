@@ -1,0 +1,66 @@
+"""What every request handler gets: the server's state, the request, and a way to build the
+response of the request's API version."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from pylog.server import protocol
+from pylog.server.protocol import RequestHeader
+
+if TYPE_CHECKING:
+    from pylog.server.broker import Broker
+
+NO_THROTTLE = dt.timedelta(0)
+
+
+@dataclass
+class Request:
+    header: RequestHeader
+    body: Any
+    client_host: str
+
+    @property
+    def version(self) -> int:
+        return self.header.api_version
+
+
+@cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+def make(module: Any, cls_name: str, /, **values: Any) -> Any:
+    """``module.name(**values)`` without the values that this version of the message lacks
+    (fields come and go between versions; handlers give every field any version has)."""
+    cls = getattr(module, cls_name)
+    names = _field_names(cls)
+    if "throttle_time" in names and "throttle_time" not in values:
+        values["throttle_time"] = NO_THROTTLE
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def error(code: int) -> ErrorCode:
+    return ErrorCode(code)
+
+
+Handler = Callable[["Broker", Request], Awaitable[Any]]
+"""An API's handler: the response body, or None for no response (Produce with acks=0)."""
+
+
+def response_module(req: Request) -> Any:
+    return protocol.response_module(req.header.api_key, req.header.api_version)
+
+
+def millis(value: Any) -> int:
+    """A kio duration field (a timedelta) in milliseconds."""
+    if isinstance(value, dt.timedelta):
+        return int(value.total_seconds() * 1000)
+    return int(value)

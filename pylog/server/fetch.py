@@ -1,0 +1,288 @@
+"""Fetch, ListOffsets and OffsetForLeaderEpoch: reading a root over the wire.
+
+Fetch returns, per partition, whole batches from the one holding the fetch offset (a client
+skips the records before its offset) up to the high watermark — or, with
+``isolation_level=read_committed`` (librdkafka's default), up to the last stable offset, with
+the aborted transactions of what it returns so the client drops their records.  Limits are
+Kafka's (KIP-74): ``partition_max_bytes`` per partition and ``max_bytes`` per response, except
+that the first batch of the first partition with data is returned whole whatever its size, so a
+large batch never blocks a consumer.  One segment is read per partition and request.
+
+A fetch with less than ``min_bytes`` waits, up to ``max_wait``, for an append to one of its
+partitions: the store wakes it right after the commit, with no polling.
+
+Fetch sessions (KIP-227) are not kept: every response has session id 0, which tells clients to
+send full fetch requests.  The cluster has one leader epoch, 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from kio.schema.errors import ErrorCode
+
+from pylog.server.cluster import error_for
+from pylog.server.context import Request, make, millis, response_module
+from pylog.server.records import cut_below
+from pylog.storage.errors import PylogError
+from pylog.storage.partition import transactions
+
+if TYPE_CHECKING:
+    from pylog.server.broker import Broker
+
+READ_COMMITTED = 1
+EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -2, -1, -3, -4
+
+
+@dataclass
+class PartitionRead:
+    topic: str
+    partition: int
+    error: ErrorCode = ErrorCode.none
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: bytes | memoryview = b""
+    aborted: tuple[tuple[int, int], ...] | None = None
+
+
+def _bounds(broker: Broker, topic: str, partition: int) -> tuple[Any, int, int]:
+    """(log, high watermark, log start offset) of a partition; raises for an unknown one."""
+    root = broker.root
+    lg = root.log(topic, partition)
+    hw = root.high_watermark(topic, partition)
+    hw = lg.log_end_offset if hw is None else min(hw, lg.log_end_offset)
+    return lg, hw, lg.log_start_offset
+
+
+def _known(broker: Broker, topic: str, partition: int) -> bool:
+    root = broker.root
+    return topic in root.topics() and 0 <= partition < root.partitions(topic)
+
+
+def read_partitions(
+    broker: Broker, wanted: list[tuple[str, int, int, int]], max_bytes: int, isolation: int
+) -> list[PartitionRead]:
+    """On the storage thread: what a fetch of ``wanted`` (topic, partition, offset, max bytes)
+    returns now."""
+    out: list[PartitionRead] = []
+    budget = max_bytes
+    for topic, partition, offset, part_max in wanted:
+        r = PartitionRead(topic, partition)
+        out.append(r)
+        if not _known(broker, topic, partition):
+            r.error = ErrorCode.unknown_topic_or_partition
+            continue
+        try:
+            lg, hw, start = _bounds(broker, topic, partition)
+            lso = transactions.last_stable_offset(lg) if isolation == READ_COMMITTED else hw
+            r.high_watermark, r.last_stable_offset, r.log_start_offset = hw, lso, start
+            if offset < start or offset > hw:
+                r.error = ErrorCode.offset_out_of_range
+                continue
+            bound = lso if isolation == READ_COMMITTED else hw
+            if offset >= bound or (budget <= 0 and any(len(o.records) for o in out)):
+                continue
+            limit = max(1, min(part_max, budget))
+            _, data = lg.read(offset, limit, max_offset=bound)
+            data = cut_below(data, bound)
+            if len(data) and len(data) > limit and any(len(o.records) for o in out[:-1]):
+                continue  # only the first partition with data goes over the limits (KIP-74)
+            r.records = data
+            budget -= len(data)
+            if isolation == READ_COMMITTED and len(data):
+                pids, firsts, _ = transactions.aborted_transactions(lg, offset, bound)
+                r.aborted = tuple(zip(pids.tolist(), firsts.tolist(), strict=True))
+            elif isolation == READ_COMMITTED:
+                r.aborted = ()
+        except PylogError as e:
+            r.error = error_for(e)
+            r.records = b""
+    return out
+
+
+async def handle_fetch(broker: Broker, req: Request) -> Any:
+    body = req.body
+    mod = response_module(req)
+    if getattr(body, "session_id", 0):
+        return make(
+            mod, "FetchResponse", error_code=ErrorCode.fetch_session_id_not_found, session_id=0, responses=()
+        )
+    wanted = [
+        (t.topic, int(p.partition), int(p.fetch_offset), int(p.partition_max_bytes))
+        for t in body.topics
+        for p in t.partitions
+    ]
+    keys = [(t, p) for t, p, _, _ in wanted]
+    isolation = int(getattr(body, "isolation_level", 0))
+    max_bytes = int(getattr(body, "max_bytes", 0x7FFFFFFF))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max(0, millis(body.max_wait)) / 1000
+    store = broker.store
+    while True:
+        waiter = store.waiter(keys)
+        try:
+            reads = await store.call(read_partitions, broker, wanted, max_bytes, isolation)
+            total = sum(len(r.records) for r in reads)
+            remaining = deadline - loop.time()
+            errors = any(r.error != ErrorCode.none for r in reads)
+            if total >= body.min_bytes or errors or remaining <= 0 or broker._stopping.is_set():
+                break
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.shield(waiter), remaining)
+        finally:
+            store.forget(waiter, keys)
+    return _response(mod, reads)
+
+
+def _response(mod: Any, reads: list[PartitionRead]) -> Any:
+    topics: dict[str, list[Any]] = {}
+    for r in reads:
+        aborted = None
+        if r.aborted is not None:
+            aborted = tuple(
+                make(mod, "AbortedTransaction", producer_id=p, first_offset=f) for p, f in r.aborted
+            )
+        topics.setdefault(r.topic, []).append(
+            make(
+                mod,
+                "PartitionData",
+                partition_index=r.partition,
+                error_code=r.error,
+                high_watermark=r.high_watermark,
+                last_stable_offset=r.last_stable_offset,
+                log_start_offset=r.log_start_offset,
+                aborted_transactions=aborted,
+                preferred_read_replica=-1,
+                records=bytes(r.records),
+            )
+        )
+    return make(
+        mod,
+        "FetchResponse",
+        error_code=ErrorCode.none,
+        session_id=0,
+        responses=tuple(
+            make(mod, "FetchableTopicResponse", topic=t, partitions=tuple(ps)) for t, ps in topics.items()
+        ),
+    )
+
+
+# ---------------------------------------------------------------------------- ListOffsets
+
+
+def _list_one(
+    broker: Broker, topic: str, partition: int, timestamp: int, isolation: int
+) -> tuple[ErrorCode, int, int]:
+    if not _known(broker, topic, partition):
+        return ErrorCode.unknown_topic_or_partition, -1, -1
+    try:
+        lg, hw, start = _bounds(broker, topic, partition)
+        if timestamp in (EARLIEST, EARLIEST_LOCAL):
+            return ErrorCode.none, start, -1
+        if timestamp == LATEST:
+            end = transactions.last_stable_offset(lg) if isolation == READ_COMMITTED else hw
+            return ErrorCode.none, end, -1
+        if timestamp < 0 and timestamp != MAX_TIMESTAMP:
+            return ErrorCode.invalid_request, -1, -1
+        found = lg.offset_for_timestamp(timestamp)
+        if found is None or found.offset >= hw:
+            return ErrorCode.none, -1, -1
+        return ErrorCode.none, found.offset, found.timestamp
+    except PylogError as e:
+        return error_for(e), -1, -1
+
+
+def _list_offsets(
+    broker: Broker, body: Any, isolation: int
+) -> list[tuple[str, list[tuple[int, ErrorCode, int, int]]]]:
+    out = []
+    for t in body.topics:
+        rows = []
+        for p in t.partitions:
+            code, offset, ts = _list_one(broker, t.name, int(p.partition_index), int(p.timestamp), isolation)
+            rows.append((int(p.partition_index), code, offset, ts))
+        out.append((t.name, rows))
+    return out
+
+
+async def handle_list_offsets(broker: Broker, req: Request) -> Any:
+    mod = response_module(req)
+    isolation = int(getattr(req.body, "isolation_level", 0))
+    found = await broker.store.call(_list_offsets, broker, req.body, isolation)
+    return make(
+        mod,
+        "ListOffsetsResponse",
+        topics=tuple(
+            make(
+                mod,
+                "ListOffsetsTopicResponse",
+                name=name,
+                partitions=tuple(
+                    make(
+                        mod,
+                        "ListOffsetsPartitionResponse",
+                        partition_index=p,
+                        error_code=code,
+                        timestamp=ts,
+                        offset=offset,
+                        leader_epoch=0 if code == ErrorCode.none else -1,
+                    )
+                    for p, code, offset, ts in rows
+                ),
+            )
+            for name, rows in found
+        ),
+    )
+
+
+# ---------------------------------------------------------------------------- OffsetForLeaderEpoch
+
+
+def _epoch_ends(broker: Broker, body: Any) -> list[tuple[str, list[tuple[int, ErrorCode, int]]]]:
+    out = []
+    for t in body.topics:
+        rows = []
+        for p in t.partitions:
+            if not _known(broker, t.topic, int(p.partition)):
+                rows.append((int(p.partition), ErrorCode.unknown_topic_or_partition, -1))
+                continue
+            try:
+                _, hw, _ = _bounds(broker, t.topic, int(p.partition))
+                rows.append((int(p.partition), ErrorCode.none, hw))
+            except PylogError as e:
+                rows.append((int(p.partition), error_for(e), -1))
+        out.append((t.topic, rows))
+    return out
+
+
+async def handle_offset_for_leader_epoch(broker: Broker, req: Request) -> Any:
+    """One leader epoch (0) for the life of every partition: its end is the log's end."""
+    mod = response_module(req)
+    found = await broker.store.call(_epoch_ends, broker, req.body)
+    return make(
+        mod,
+        "OffsetForLeaderEpochResponse",
+        topics=tuple(
+            make(
+                mod,
+                "OffsetForLeaderTopicResult",
+                topic=name,
+                partitions=tuple(
+                    make(
+                        mod,
+                        "EpochEndOffset",
+                        error_code=code,
+                        partition=p,
+                        leader_epoch=0 if code == ErrorCode.none else -1,
+                        end_offset=end,
+                    )
+                    for p, code, end in rows
+                ),
+            )
+            for name, rows in found
+        ),
+    )

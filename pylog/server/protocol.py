@@ -1,0 +1,212 @@
+"""Kafka's request and response framing, and the versions this server speaks.
+
+Every request and response on a connection is one frame::
+
+    | bytes | field                                                                     |
+    |-------|---------------------------------------------------------------------------|
+    | 4     | size of what follows, int32 big-endian                                     |
+    | 2     | api_key, int16             (request header v1 / v2)                        |
+    | 2     | api_version, int16                                                         |
+    | 4     | correlation_id, int32                                                      |
+    | 2+n   | client_id, nullable string (int16 length, -1 for null)                      |
+    | ...   | tagged fields (header v2, the flexible versions of an API only)             |
+    | ...   | the request body, as the API's JSON schema in Kafka's sources says          |
+
+A response frame is the size, the correlation id, tagged fields when the API version is
+flexible (response header v1; ApiVersions always answers with header v0), then the body.
+
+The bodies are not written by hand: they are the dataclasses of ``kio``, generated from Kafka's
+own JSON message schemas, parsed by its native reader and written by its writer.  This module
+holds the one table of what the server speaks (:data:`SUPPORTED`), reads request headers, and
+frames responses.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from kio.index import load_payload_module
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+
+from pylog.storage.errors import PylogError
+
+FRAME = struct.Struct(">i")
+"""The size in front of every request and response."""
+HEADER_FIXED = struct.Struct(">hhi")
+"""api_key, api_version, correlation_id: the start of every request header."""
+CORRELATION = struct.Struct(">i")
+
+MAX_FRAME = 100 * 1024 * 1024
+"""Largest request accepted (Kafka's ``socket.request.max.bytes``); a larger size prefix
+closes the connection, as Kafka does."""
+
+
+class ProtocolError(PylogError):
+    """A frame that cannot be a Kafka request: the connection is closed."""
+
+
+# The APIs this server answers: api_key -> (name, min version, max version, first flexible).
+# The minimums are Kafka 4's (KIP-896) or lower, so that the exact versions older librdkafka
+# releases look for inside the advertised ranges are there; the maximums are the highest
+# versions current clients send that kio has schemas for.
+SUPPORTED: dict[int, tuple[str, int, int, int]] = {
+    0: ("Produce", 3, 11, 9),
+    1: ("Fetch", 4, 16, 12),
+    2: ("ListOffsets", 1, 8, 6),
+    3: ("Metadata", 0, 12, 9),
+    8: ("OffsetCommit", 2, 9, 8),
+    9: ("OffsetFetch", 1, 9, 6),
+    10: ("FindCoordinator", 0, 4, 3),
+    11: ("JoinGroup", 0, 9, 6),
+    12: ("Heartbeat", 0, 4, 4),
+    13: ("LeaveGroup", 0, 5, 4),
+    14: ("SyncGroup", 0, 5, 4),
+    15: ("DescribeGroups", 0, 5, 5),
+    16: ("ListGroups", 0, 4, 3),
+    18: ("ApiVersions", 0, 4, 3),
+    19: ("CreateTopics", 2, 7, 5),
+    22: ("InitProducerId", 0, 5, 2),
+    23: ("OffsetForLeaderEpoch", 2, 4, 4),
+    32: ("DescribeConfigs", 1, 4, 4),
+}
+
+API_VERSIONS = 18
+
+
+def api_name(api_key: int) -> str:
+    entry = SUPPORTED.get(api_key)
+    return entry[0] if entry else f"api {api_key}"
+
+
+def flexible(api_key: int, version: int) -> bool:
+    return version >= SUPPORTED[api_key][3]
+
+
+@dataclass(frozen=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body_offset: int
+    """Where the body starts in the frame."""
+
+
+def _read_nullable_string(frame: memoryview, pos: int) -> tuple[str | None, int]:
+    if pos + 2 > len(frame):
+        raise ProtocolError("truncated request header (client_id)")
+    (n,) = struct.unpack_from(">h", frame, pos)
+    pos += 2
+    if n < 0:
+        return None, pos
+    if pos + n > len(frame):
+        raise ProtocolError("truncated request header (client_id)")
+    return bytes(frame[pos : pos + n]).decode("utf-8", "replace"), pos + n
+
+
+def _skip_tagged_fields(frame: memoryview, pos: int) -> int:
+    count, pos = _read_uvarint(frame, pos)
+    for _ in range(count):
+        _, pos = _read_uvarint(frame, pos)  # tag
+        size, pos = _read_uvarint(frame, pos)
+        pos += size
+        if pos > len(frame):
+            raise ProtocolError("truncated tagged field in the request header")
+    return pos
+
+
+def _read_uvarint(frame: memoryview, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(frame) or shift > 28:
+            raise ProtocolError("bad unsigned varint in the request header")
+        b = frame[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+
+
+def read_header(frame: memoryview) -> RequestHeader:
+    """The header of a request frame (without its size prefix).  For an API this server does not
+    speak, or a version outside its range, only the fixed part is read: the caller answers with
+    an error (ApiVersions: KIP-511's v0 reply) or closes the connection."""
+    if len(frame) < HEADER_FIXED.size:
+        raise ProtocolError(f"a request of {len(frame)} bytes is shorter than a request header")
+    api_key, version, correlation = HEADER_FIXED.unpack_from(frame, 0)
+    client_id, pos = _read_nullable_string(frame, HEADER_FIXED.size)
+    entry = SUPPORTED.get(api_key)
+    if entry is not None and entry[1] <= version <= entry[2] and version >= entry[3]:
+        pos = _skip_tagged_fields(frame, pos)  # request header v2
+    return RequestHeader(api_key, version, correlation, client_id, pos)
+
+
+def supported(header: RequestHeader) -> bool:
+    entry = SUPPORTED.get(header.api_key)
+    return entry is not None and entry[1] <= header.api_version <= entry[2]
+
+
+@cache
+def _request_reader(api_key: int, version: int) -> tuple[type, Callable[..., Any]]:
+    cls = load_payload_module(api_key, version, EntityType.request).__dict__[_class_name(api_key, "Request")]
+    return cls, entity_reader(cls)
+
+
+@cache
+def response_module(api_key: int, version: int) -> Any:
+    """kio's module of one response version: its dataclasses build the response."""
+    return load_payload_module(api_key, version, EntityType.response)
+
+
+@cache
+def request_module(api_key: int, version: int) -> Any:
+    return load_payload_module(api_key, version, EntityType.request)
+
+
+@cache
+def _response_writer(cls: type) -> Callable[..., Any]:
+    return entity_writer(cls)
+
+
+def _class_name(api_key: int, suffix: str) -> str:
+    return SUPPORTED[api_key][0] + suffix
+
+
+def parse_request(header: RequestHeader, frame: memoryview) -> Any:
+    """The body of a supported request as kio's dataclass; a body that does not parse raises
+    :class:`ProtocolError` (the connection is closed, as Kafka does)."""
+    _, read = _request_reader(header.api_key, header.api_version)
+    try:
+        body, _size = read(frame, header.body_offset)
+    except Exception as e:  # kio's native reader raises several kinds on bad bytes
+        raise ProtocolError(
+            f"{api_name(header.api_key)} v{header.api_version} request does not parse: {e}"
+        ) from e
+    return body
+
+
+def encode_response(header: RequestHeader, body: Any) -> bytes:
+    """A response frame: size, correlation id, header tagged fields (flexible versions except
+    ApiVersions), the body as kio writes it."""
+    out = io.BytesIO()
+    out.write(b"\0\0\0\0")
+    out.write(CORRELATION.pack(header.correlation_id))
+    if header.api_key != API_VERSIONS and flexible(header.api_key, header.api_version):
+        out.write(b"\0")  # no tagged fields
+    _response_writer(type(body))(out, body)
+    data = out.getbuffer()
+    FRAME.pack_into(data, 0, len(data) - 4)
+    del data
+    return out.getvalue()
+
+
+def response_class(header: RequestHeader, name: str) -> Any:
+    """A dataclass of the response module of ``header``'s API version (``name`` inside it)."""
+    return getattr(response_module(header.api_key, header.api_version), name)
