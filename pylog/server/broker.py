@@ -25,7 +25,7 @@ import hashlib
 import logging
 import signal
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,7 +71,7 @@ class Metrics:
     """Request counts and latencies since start, and connections (``--metrics``)."""
 
     requests: Counter[str] = field(default_factory=Counter)
-    seconds: Counter[str] = field(default_factory=Counter)
+    seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     errors: int = 0
     connections: int = 0
     open_connections: int = 0

@@ -93,7 +93,7 @@ class Producers:
         root = self.store.root
         now = int(time.time() * 1000)
         for p in group:
-            metas: dict[Key, tuple[int, BatchMeta] | None] = {}
+            metas = p.meta
             for key, data in list(p.sets.items()):
                 if isinstance(data, BaseException):
                     continue
@@ -105,7 +105,6 @@ class Producers:
                     p.sets[key] = e  # type: ignore[assignment]
                     continue
                 p.sets[key] = checked.data
-            p.prepare = metas  # type: ignore[assignment]
 
     def _check_sequence(self, key: Key, s: records.ProducedSet) -> tuple[int, BatchMeta] | None:
         if s.producer_id < 0:
@@ -122,7 +121,8 @@ class Producers:
             if s.base_sequence != 0 and entry is not None:
                 raise RefusedSet(
                     int(ErrorCode.out_of_order_sequence_number),
-                    f"a new epoch of producer {s.producer_id} must start at sequence 0, not {s.base_sequence}",
+                    f"a new epoch of producer {s.producer_id} must start at sequence 0, "
+                    f"not {s.base_sequence}",
                 )
             entry = ProducerEntry(s.producer_epoch)
             self._state[(key, s.producer_id)] = entry
@@ -137,7 +137,8 @@ class Producers:
         if expected is not None and s.base_sequence != expected:
             raise RefusedSet(
                 int(ErrorCode.out_of_order_sequence_number),
-                f"producer {s.producer_id}: sequence {s.base_sequence} on {key[0]}-{key[1]}, expected {expected}",
+                f"producer {s.producer_id}: sequence {s.base_sequence} on {key[0]}-{key[1]}, "
+                f"expected {expected}",
             )
         if expected is None and s.base_sequence != 0:
             raise RefusedSet(
@@ -167,7 +168,7 @@ class Producers:
     def after_append(self, group: list[PendingAppend], results: dict[Key, list[Any]]) -> None:
         cursor = {key: 0 for key in results}
         for p in group:
-            metas = p.prepare if isinstance(p.prepare, dict) else {}
+            metas = p.meta
             for key in p.sets:
                 i = cursor.get(key, 0)
                 cursor[key] = i + 1
@@ -229,11 +230,13 @@ async def handle_produce(broker: Broker, req: Request) -> Any:
     results = await pending if pending is not None else {}
     responses = []
     for topic in body.topic_data:
-        parts = []
+        answers = []
         for pd in topic.partition_data:
             key = (topic.name, int(pd.index))
-            parts.append(_partition_response(broker, mod, key, refused.get(key), results.get(key)))
-        responses.append(make(mod, "TopicProduceResponse", name=topic.name, partition_responses=tuple(parts)))
+            answers.append(_partition_response(broker, mod, key, refused.get(key), results.get(key)))
+        responses.append(
+            make(mod, "TopicProduceResponse", name=topic.name, partition_responses=tuple(answers))
+        )
     return make(mod, "ProduceResponse", responses=tuple(responses))
 
 

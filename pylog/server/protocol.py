@@ -170,9 +170,14 @@ def request_module(api_key: int, version: int) -> Any:
     return load_payload_module(api_key, version, EntityType.request)
 
 
-@cache
+_WRITERS: dict[type, Callable[..., Any]] = {}
+
+
 def _response_writer(cls: type) -> Callable[..., Any]:
-    return entity_writer(cls)
+    writer = _WRITERS.get(cls)
+    if writer is None:
+        writer = _WRITERS[cls] = entity_writer(cls)
+    return writer
 
 
 def _class_name(api_key: int, suffix: str) -> str:

@@ -44,7 +44,8 @@ class PendingAppend:
 
     sets: dict[Key, bytes | BaseException]
     future: asyncio.Future[dict[Key, AppendInfo | BaseException]]
-    prepare: Callable[[Key, bytes], Any] | None = None
+    meta: dict[Key, Any] = field(default_factory=dict)
+    """What the producer-state checks noted of each set (:mod:`~pylog.server.produce`)."""
 
 
 @dataclass
@@ -100,7 +101,7 @@ class Store:
         """Append each partition's record set with the next group commit; per partition, what was
         appended or the error that refused it."""
         loop = asyncio.get_running_loop()
-        pending = PendingAppend(sets, loop.create_future())
+        pending = PendingAppend(dict[Key, "bytes | BaseException"](sets), loop.create_future())
         self._pending.append(pending)
         self._kick()
         return await pending.future
