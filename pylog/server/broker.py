@@ -21,24 +21,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import signal
 import time
 from collections import Counter, defaultdict
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from pylog.server import cluster, fetch, groups, offsets, produce, protocol
-from pylog.server.context import Handler, Request
+from pylog.server.context import Request
+from pylog.server.node import Node
 from pylog.server.protocol import FRAME, MAX_FRAME, ProtocolError
-from pylog.server.store import Store
 from pylog.storage.root.manager import Root
 
 log = logging.getLogger("pylog.server")
+
+Handler = Callable[[Node, Request], Awaitable[Any]]
+"""An API's handler: the response body, or None for no response (Produce with acks=0)."""
 
 HANDLERS: dict[int, Handler] = {
     0: produce.handle_produce,
@@ -88,36 +88,15 @@ class Metrics:
         )
 
 
-class Broker:
+class Broker(Node):
     """The server of one root (see the module docstring)."""
 
-    def __init__(
-        self,
-        root: Root,
-        *,
-        host: str = "127.0.0.1",
-        port: int = 9092,
-        advertised_host: str | None = None,
-        maintenance_budget_s: float = 0.25,
-    ) -> None:
-        self.host = host
-        self.port = port
-        self.advertised_host = advertised_host or host
-        self.node_id = 0
-        self.cluster_id = "pylog-" + hashlib.sha256(root.storage.describe().encode()).hexdigest()[:16]
-        self.store = Store(root, maintenance_budget_s=maintenance_budget_s)
-        self.coordinator = groups.Coordinator(self)
-        self.committed = offsets.CommittedOffsets(self.store)
-        self.producers = produce.Producers(self.store)
+    def __init__(self, root: Root, **kwargs: Any) -> None:
+        super().__init__(root, **kwargs)
         self.metrics = Metrics()
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[asyncio.Task[None]] = set()
-        self._stopping = asyncio.Event()
         self._background: list[asyncio.Task[None]] = []
-
-    @property
-    def root(self) -> Root:
-        return self.store.root
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -136,10 +115,10 @@ class Broker:
 
     def stop(self) -> None:
         """Begin a clean stop (safe from a signal handler)."""
-        self._stopping.set()
+        self.stopping.set()
 
     async def wait_stopped(self) -> None:
-        await self._stopping.wait()
+        await self.stopping.wait()
         log.info("stopping: no new connections; answering the requests in flight")
         if self._server is not None:
             self._server.close()
@@ -169,7 +148,7 @@ class Broker:
         queue: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(MAX_IN_FLIGHT)
         sender = asyncio.create_task(self._send(queue, writer))
         try:
-            while not self._stopping.is_set():
+            while not self.stopping.is_set():
                 prefix = await reader.readexactly(FRAME.size)
                 (size,) = FRAME.unpack(prefix)
                 if size < protocol.HEADER_FIXED.size or size > MAX_FRAME:
@@ -260,12 +239,11 @@ async def run(broker: Broker, *, metrics_interval_s: float | None = None, ready:
 async def _metrics(broker: Broker, interval_s: float) -> None:
     while True:
         await asyncio.sleep(interval_s)
-        log.info("metrics: %s", broker.metrics.line())
-
-
-def error_code(exc: BaseException) -> ErrorCode:
-    """Kafka's error code for a storage error met while answering a request."""
-    return cluster.error_for(exc)
-
-
-_ = Awaitable
+        st = broker.store.stats
+        log.info(
+            "metrics: %s; store commits=%d appends=%d bytes=%d",
+            broker.metrics.line(),
+            st.commits,
+            st.appends,
+            st.bytes_appended,
+        )

@@ -11,26 +11,18 @@ from __future__ import annotations
 
 import struct
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from pylog.server import protocol
-from pylog.server.context import Request, make, response_module
+from pylog.server.context import Request, error_for, make, response_module
+from pylog.server.node import Node
 from pylog.storage.errors import (
     ConfigError,
-    CorruptRecordError,
-    DamagedLogError,
-    OffsetOutOfRangeError,
     PylogError,
-    RecordTooLargeError,
-    StorageError,
     TopicExistsError,
-    UnknownTopicError,
 )
-
-if TYPE_CHECKING:
-    from pylog.server.broker import Broker
 
 NO_TOPIC_ID = uuid.UUID(int=0)
 DEFAULT_PARTITIONS = 1
@@ -40,23 +32,6 @@ TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
 DYNAMIC_TOPIC_CONFIG = 1
 DEFAULT_CONFIG = 5
-
-
-def error_for(exc: BaseException) -> ErrorCode:
-    """Kafka's error code for an error of pylog's storage."""
-    if isinstance(exc, UnknownTopicError):
-        return ErrorCode.unknown_topic_or_partition
-    if isinstance(exc, OffsetOutOfRangeError):
-        return ErrorCode.offset_out_of_range
-    if isinstance(exc, RecordTooLargeError):
-        return ErrorCode.message_too_large
-    if isinstance(exc, CorruptRecordError):
-        return ErrorCode.corrupt_message
-    if isinstance(exc, DamagedLogError | StorageError | OSError):
-        return ErrorCode.kafka_storage_error
-    if isinstance(exc, PylogError):
-        return ErrorCode.unknown_server_error
-    return ErrorCode.unknown_server_error
 
 
 # ---------------------------------------------------------------------------- ApiVersions
@@ -69,7 +44,7 @@ def _version_ranges(mod: Any) -> tuple[Any, ...]:
     )
 
 
-async def handle_api_versions(broker: Broker, req: Request) -> Any:
+async def handle_api_versions(node: Node, req: Request) -> Any:
     mod = response_module(req)
     return make(mod, "ApiVersionsResponse", error_code=ErrorCode.none, api_keys=_version_ranges(mod))
 
@@ -89,12 +64,12 @@ def unsupported_api_versions(header: protocol.RequestHeader) -> bytes:
 # ---------------------------------------------------------------------------- Metadata
 
 
-def _broker_entry(broker: Broker, mod: Any, cls: str) -> Any:
-    return make(mod, cls, node_id=broker.node_id, host=broker.advertised_host, port=broker.port, rack=None)
+def _broker_entry(node: Node, mod: Any, cls: str) -> Any:
+    return make(mod, cls, node_id=node.node_id, host=node.advertised_host, port=node.port, rack=None)
 
 
-def topic_metadata(broker: Broker, mod: Any, name: str) -> Any:
-    root = broker.root
+def topic_metadata(node: Node, mod: Any, name: str) -> Any:
+    root = node.root
     if name not in root.topics():
         return make(
             mod,
@@ -111,10 +86,10 @@ def topic_metadata(broker: Broker, mod: Any, name: str) -> Any:
             "MetadataResponsePartition",
             error_code=ErrorCode.none,
             partition_index=p,
-            leader_id=broker.node_id,
+            leader_id=node.node_id,
             leader_epoch=0,
-            replica_nodes=(broker.node_id,),
-            isr_nodes=(broker.node_id,),
+            replica_nodes=(node.node_id,),
+            isr_nodes=(node.node_id,),
             offline_replicas=(),
         )
         for p in range(root.partitions(name))
@@ -130,27 +105,27 @@ def topic_metadata(broker: Broker, mod: Any, name: str) -> Any:
     )
 
 
-async def handle_metadata(broker: Broker, req: Request) -> Any:
+async def handle_metadata(node: Node, req: Request) -> Any:
     mod = response_module(req)
     wanted = req.body.topics
     if wanted is None or (req.version == 0 and not wanted):  # v0: an empty list means all
-        names = broker.root.topics()
+        names = node.root.topics()
     else:
         names = [t.name for t in wanted if t.name is not None]
     return make(
         mod,
         "MetadataResponse",
-        brokers=(_broker_entry(broker, mod, "MetadataResponseBroker"),),
-        cluster_id=broker.cluster_id,
-        controller_id=broker.node_id,
-        topics=tuple(topic_metadata(broker, mod, n) for n in names),
+        brokers=(_broker_entry(node, mod, "MetadataResponseBroker"),),
+        cluster_id=node.cluster_id,
+        controller_id=node.node_id,
+        topics=tuple(topic_metadata(node, mod, n) for n in names),
     )
 
 
 # ---------------------------------------------------------------------------- FindCoordinator
 
 
-async def handle_find_coordinator(broker: Broker, req: Request) -> Any:
+async def handle_find_coordinator(node: Node, req: Request) -> Any:
     mod = response_module(req)
     if req.version >= 4:
         return make(
@@ -161,9 +136,9 @@ async def handle_find_coordinator(broker: Broker, req: Request) -> Any:
                     mod,
                     "Coordinator",
                     key=key,
-                    node_id=broker.node_id,
-                    host=broker.advertised_host,
-                    port=broker.port,
+                    node_id=node.node_id,
+                    host=node.advertised_host,
+                    port=node.port,
                     error_code=ErrorCode.none,
                     error_message=None,
                 )
@@ -175,17 +150,17 @@ async def handle_find_coordinator(broker: Broker, req: Request) -> Any:
         "FindCoordinatorResponse",
         error_code=ErrorCode.none,
         error_message=None,
-        node_id=broker.node_id,
-        host=broker.advertised_host,
-        port=broker.port,
+        node_id=node.node_id,
+        host=node.advertised_host,
+        port=node.port,
     )
 
 
 # ---------------------------------------------------------------------------- CreateTopics
 
 
-def _create_one(broker: Broker, topic: Any, validate_only: bool) -> tuple[ErrorCode, str | None, int]:
-    root = broker.root
+def _create_one(node: Node, topic: Any, validate_only: bool) -> tuple[ErrorCode, str | None, int]:
+    root = node.root
     partitions = DEFAULT_PARTITIONS if topic.num_partitions in (-1, None) else int(topic.num_partitions)
     if topic.replication_factor not in (-1, 1):
         return (
@@ -219,12 +194,12 @@ def _create_one(broker: Broker, topic: Any, validate_only: bool) -> tuple[ErrorC
     return ErrorCode.none, None, partitions
 
 
-async def handle_create_topics(broker: Broker, req: Request) -> Any:
+async def handle_create_topics(node: Node, req: Request) -> Any:
     mod = response_module(req)
     results = []
     for topic in req.body.topics:
-        code, message, partitions = await broker.store.call(
-            _create_one, broker, topic, bool(getattr(req.body, "validate_only", False))
+        code, message, partitions = await node.store.call(
+            _create_one, node, topic, bool(getattr(req.body, "validate_only", False))
         )
         results.append(
             make(
@@ -246,8 +221,8 @@ async def handle_create_topics(broker: Broker, req: Request) -> Any:
 # ---------------------------------------------------------------------------- DescribeConfigs
 
 
-def _describe_topic(broker: Broker, mod: Any, resource: Any) -> Any:
-    root = broker.root
+def _describe_topic(node: Node, mod: Any, resource: Any) -> Any:
+    root = node.root
     name = resource.resource_name
     if name not in root.topics():
         return make(
@@ -290,12 +265,12 @@ def _describe_topic(broker: Broker, mod: Any, resource: Any) -> Any:
     )
 
 
-async def handle_describe_configs(broker: Broker, req: Request) -> Any:
+async def handle_describe_configs(node: Node, req: Request) -> Any:
     mod = response_module(req)
     results = []
     for resource in req.body.resources:
         if resource.resource_type == TOPIC_RESOURCE:
-            results.append(await broker.store.call(_describe_topic, broker, mod, resource))
+            results.append(await node.store.call(_describe_topic, node, mod, resource))
         elif resource.resource_type == BROKER_RESOURCE:
             results.append(
                 make(

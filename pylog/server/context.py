@@ -5,18 +5,23 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from pylog.server import protocol
 from pylog.server.protocol import RequestHeader
-
-if TYPE_CHECKING:
-    from pylog.server.broker import Broker
+from pylog.storage.errors import (
+    CorruptRecordError,
+    DamagedLogError,
+    OffsetOutOfRangeError,
+    PylogError,
+    RecordTooLargeError,
+    StorageError,
+    UnknownTopicError,
+)
 
 NO_THROTTLE = dt.timedelta(0)
 
@@ -51,10 +56,6 @@ def error(code: int) -> ErrorCode:
     return ErrorCode(code)
 
 
-Handler = Callable[["Broker", Request], Awaitable[Any]]
-"""An API's handler: the response body, or None for no response (Produce with acks=0)."""
-
-
 def response_module(req: Request) -> Any:
     return protocol.response_module(req.header.api_key, req.header.api_version)
 
@@ -64,3 +65,20 @@ def millis(value: Any) -> int:
     if isinstance(value, dt.timedelta):
         return int(value.total_seconds() * 1000)
     return int(value)
+
+
+def error_for(exc: BaseException) -> ErrorCode:
+    """Kafka's error code for an error of pylog's storage."""
+    if isinstance(exc, UnknownTopicError):
+        return ErrorCode.unknown_topic_or_partition
+    if isinstance(exc, OffsetOutOfRangeError):
+        return ErrorCode.offset_out_of_range
+    if isinstance(exc, RecordTooLargeError):
+        return ErrorCode.message_too_large
+    if isinstance(exc, CorruptRecordError):
+        return ErrorCode.corrupt_message
+    if isinstance(exc, DamagedLogError | StorageError | OSError):
+        return ErrorCode.kafka_storage_error
+    if isinstance(exc, PylogError):
+        return ErrorCode.unknown_server_error
+    return ErrorCode.unknown_server_error

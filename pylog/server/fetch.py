@@ -20,18 +20,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from pylog.server.cluster import error_for
-from pylog.server.context import Request, make, millis, response_module
+from pylog.server.context import Request, error_for, make, millis, response_module
+from pylog.server.node import Node
 from pylog.server.records import cut_below
 from pylog.storage.errors import PylogError
 from pylog.storage.partition import transactions
-
-if TYPE_CHECKING:
-    from pylog.server.broker import Broker
 
 READ_COMMITTED = 1
 EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -2, -1, -3, -4
@@ -49,22 +46,22 @@ class PartitionRead:
     aborted: tuple[tuple[int, int], ...] | None = None
 
 
-def _bounds(broker: Broker, topic: str, partition: int) -> tuple[Any, int, int]:
+def _bounds(node: Node, topic: str, partition: int) -> tuple[Any, int, int]:
     """(log, high watermark, log start offset) of a partition; raises for an unknown one."""
-    root = broker.root
+    root = node.root
     lg = root.log(topic, partition)
     hw = root.high_watermark(topic, partition)
     hw = lg.log_end_offset if hw is None else min(hw, lg.log_end_offset)
     return lg, hw, lg.log_start_offset
 
 
-def _known(broker: Broker, topic: str, partition: int) -> bool:
-    root = broker.root
+def _known(node: Node, topic: str, partition: int) -> bool:
+    root = node.root
     return topic in root.topics() and 0 <= partition < root.partitions(topic)
 
 
 def read_partitions(
-    broker: Broker, wanted: list[tuple[str, int, int, int]], max_bytes: int, isolation: int
+    node: Node, wanted: list[tuple[str, int, int, int]], max_bytes: int, isolation: int
 ) -> list[PartitionRead]:
     """On the storage thread: what a fetch of ``wanted`` (topic, partition, offset, max bytes)
     returns now."""
@@ -73,11 +70,11 @@ def read_partitions(
     for topic, partition, offset, part_max in wanted:
         r = PartitionRead(topic, partition)
         out.append(r)
-        if not _known(broker, topic, partition):
+        if not _known(node, topic, partition):
             r.error = ErrorCode.unknown_topic_or_partition
             continue
         try:
-            lg, hw, start = _bounds(broker, topic, partition)
+            lg, hw, start = _bounds(node, topic, partition)
             lso = transactions.last_stable_offset(lg) if isolation == READ_COMMITTED else hw
             r.high_watermark, r.last_stable_offset, r.log_start_offset = hw, lso, start
             if offset < start or offset > hw:
@@ -104,7 +101,7 @@ def read_partitions(
     return out
 
 
-async def handle_fetch(broker: Broker, req: Request) -> Any:
+async def handle_fetch(node: Node, req: Request) -> Any:
     body = req.body
     mod = response_module(req)
     if getattr(body, "session_id", 0):
@@ -121,15 +118,15 @@ async def handle_fetch(broker: Broker, req: Request) -> Any:
     max_bytes = int(getattr(body, "max_bytes", 0x7FFFFFFF))
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(0, millis(body.max_wait)) / 1000
-    store = broker.store
+    store = node.store
     while True:
         waiter = store.waiter(keys)
         try:
-            reads = await store.call(read_partitions, broker, wanted, max_bytes, isolation)
+            reads = await store.call(read_partitions, node, wanted, max_bytes, isolation)
             total = sum(len(r.records) for r in reads)
             remaining = deadline - loop.time()
             errors = any(r.error != ErrorCode.none for r in reads)
-            if total >= body.min_bytes or errors or remaining <= 0 or broker._stopping.is_set():
+            if total >= body.min_bytes or errors or remaining <= 0 or node.stopping.is_set():
                 break
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(asyncio.shield(waiter), remaining)
@@ -175,12 +172,12 @@ def _response(mod: Any, reads: list[PartitionRead]) -> Any:
 
 
 def _list_one(
-    broker: Broker, topic: str, partition: int, timestamp: int, isolation: int
+    node: Node, topic: str, partition: int, timestamp: int, isolation: int
 ) -> tuple[ErrorCode, int, int]:
-    if not _known(broker, topic, partition):
+    if not _known(node, topic, partition):
         return ErrorCode.unknown_topic_or_partition, -1, -1
     try:
-        lg, hw, start = _bounds(broker, topic, partition)
+        lg, hw, start = _bounds(node, topic, partition)
         if timestamp in (EARLIEST, EARLIEST_LOCAL):
             return ErrorCode.none, start, -1
         if timestamp == LATEST:
@@ -197,22 +194,22 @@ def _list_one(
 
 
 def _list_offsets(
-    broker: Broker, body: Any, isolation: int
+    node: Node, body: Any, isolation: int
 ) -> list[tuple[str, list[tuple[int, ErrorCode, int, int]]]]:
     out = []
     for t in body.topics:
         rows = []
         for p in t.partitions:
-            code, offset, ts = _list_one(broker, t.name, int(p.partition_index), int(p.timestamp), isolation)
+            code, offset, ts = _list_one(node, t.name, int(p.partition_index), int(p.timestamp), isolation)
             rows.append((int(p.partition_index), code, offset, ts))
         out.append((t.name, rows))
     return out
 
 
-async def handle_list_offsets(broker: Broker, req: Request) -> Any:
+async def handle_list_offsets(node: Node, req: Request) -> Any:
     mod = response_module(req)
     isolation = int(getattr(req.body, "isolation_level", 0))
-    found = await broker.store.call(_list_offsets, broker, req.body, isolation)
+    found = await node.store.call(_list_offsets, node, req.body, isolation)
     return make(
         mod,
         "ListOffsetsResponse",
@@ -242,16 +239,16 @@ async def handle_list_offsets(broker: Broker, req: Request) -> Any:
 # ---------------------------------------------------------------------------- OffsetForLeaderEpoch
 
 
-def _epoch_ends(broker: Broker, body: Any) -> list[tuple[str, list[tuple[int, ErrorCode, int]]]]:
+def _epoch_ends(node: Node, body: Any) -> list[tuple[str, list[tuple[int, ErrorCode, int]]]]:
     out = []
     for t in body.topics:
         rows = []
         for p in t.partitions:
-            if not _known(broker, t.topic, int(p.partition)):
+            if not _known(node, t.topic, int(p.partition)):
                 rows.append((int(p.partition), ErrorCode.unknown_topic_or_partition, -1))
                 continue
             try:
-                _, hw, _ = _bounds(broker, t.topic, int(p.partition))
+                _, hw, _ = _bounds(node, t.topic, int(p.partition))
                 rows.append((int(p.partition), ErrorCode.none, hw))
             except PylogError as e:
                 rows.append((int(p.partition), error_for(e), -1))
@@ -259,10 +256,10 @@ def _epoch_ends(broker: Broker, body: Any) -> list[tuple[str, list[tuple[int, Er
     return out
 
 
-async def handle_offset_for_leader_epoch(broker: Broker, req: Request) -> Any:
+async def handle_offset_for_leader_epoch(node: Node, req: Request) -> Any:
     """One leader epoch (0) for the life of every partition: its end is the log's end."""
     mod = response_module(req)
-    found = await broker.store.call(_epoch_ends, broker, req.body)
+    found = await node.store.call(_epoch_ends, node, req.body)
     return make(
         mod,
         "OffsetForLeaderEpochResponse",

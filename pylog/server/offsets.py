@@ -1,73 +1,23 @@
-"""OffsetCommit and OffsetFetch: consumer groups' committed offsets, durable in the root.
-
-Each group's offsets are the file the Spark source writes for its queries,
-``pylog-consumer-offsets.<group>`` (Kafka's checkpoint format), so ``pylog describe`` lists Kafka
-consumer groups and Spark queries alike, with their lag; the metadata strings committed with
-them are kept beside it (``pylog-consumer-metadata.<group>``) and returned by OffsetFetch.
-A commit is answered once both files are replaced (atomically, on the store's thread: on an
-object store, one commit).  Group ids with characters outside ``[A-Za-z0-9._-]`` are
-percent-encoded in the file names.
-"""
+"""OffsetCommit and OffsetFetch: the handlers over the groups' committed offsets
+(:mod:`~pylog.server.committed`, durable in the root)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from pylog.server.context import Request, make, response_module
-from pylog.server.store import Key, Store
-from pylog.storage.root import consumers
-
-if TYPE_CHECKING:
-    from pylog.server.broker import Broker
-
-Committed = dict[Key, tuple[int, str]]
+from pylog.server.context import Request, error_for, make, response_module
+from pylog.server.node import Node
+from pylog.server.store import Key
 
 
-class CommittedOffsets:
-    """Every group's committed offsets and metadata, as in the root."""
-
-    def __init__(self, store: Store):
-        self.store = store
-        self.groups: dict[str, Committed] = {}
-
-    async def load(self) -> None:
-        self.groups = await self.store.call(self._read_all)
-
-    def _read_all(self) -> dict[str, Committed]:
-        storage = self.store.root.storage
-        out: dict[str, Committed] = {}
-        for group, offsets in consumers.read_consumer_offsets(storage).items():
-            meta = consumers.read_consumer_metadata(storage, group)
-            out[group] = {tp: (off, meta.get(tp, "")) for tp, off in offsets.items()}
-        return out
-
-    async def commit(self, group: str, offsets: Committed) -> None:
-        merged = dict(self.groups.get(group, {}))
-        merged.update(offsets)
-        await self.store.call(self._write, group, merged)
-        self.groups[group] = merged
-
-    def _write(self, group: str, committed: Committed) -> None:
-        root = self.store.root
-
-        def write() -> None:
-            root.become_writer()
-            consumers.write_consumer_metadata(
-                root.storage, group, {tp: m for tp, (_, m) in committed.items()}
-            )
-            consumers.write_consumer_offsets(root.storage, group, {tp: o for tp, (o, _) in committed.items()})
-
-        root.transaction(write)
-
-
-async def handle_offset_commit(broker: Broker, req: Request) -> Any:
+async def handle_offset_commit(node: Node, req: Request) -> Any:
     body = req.body
     mod = response_module(req)
     generation = int(getattr(body, "generation_id_or_member_epoch", getattr(body, "generation_id", -1)))
-    group_error = broker.coordinator.check_commit(body.group_id, body.member_id, generation)
-    root = broker.root
+    group_error = node.coordinator.check_commit(body.group_id, body.member_id, generation)
+    root = node.root
     codes: dict[Key, ErrorCode] = {}
     offsets: dict[Key, tuple[int, str]] = {}
     for t in body.topics:
@@ -82,10 +32,8 @@ async def handle_offset_commit(broker: Broker, req: Request) -> Any:
                 offsets[key] = (int(p.committed_offset), p.committed_metadata or "")
     if offsets:
         try:
-            await broker.committed.commit(body.group_id, offsets)
+            await node.committed.commit(body.group_id, offsets)
         except Exception as e:
-            from pylog.server.cluster import error_for
-
             code = error_for(e)
             for key in offsets:
                 codes[key] = code
@@ -112,9 +60,9 @@ async def handle_offset_commit(broker: Broker, req: Request) -> Any:
     )
 
 
-def _fetch_group(broker: Broker, mod: Any, group: str, topics: Any, names: tuple[str, str, str]) -> list[Any]:
+def _fetch_group(node: Node, mod: Any, group: str, topics: Any, names: tuple[str, str, str]) -> list[Any]:
     topic_cls, part_cls, _ = names
-    committed = broker.committed.groups.get(group, {})
+    committed = node.committed.groups.get(group, {})
     if topics is None:  # every partition the group committed
         wanted: dict[str, list[int]] = {}
         for t, p in sorted(committed):
@@ -142,7 +90,7 @@ def _fetch_group(broker: Broker, mod: Any, group: str, topics: Any, names: tuple
     return out
 
 
-async def handle_offset_fetch(broker: Broker, req: Request) -> Any:
+async def handle_offset_fetch(node: Node, req: Request) -> Any:
     mod = response_module(req)
     body = req.body
     if req.version >= 8:
@@ -152,7 +100,7 @@ async def handle_offset_fetch(broker: Broker, req: Request) -> Any:
                 mod,
                 "OffsetFetchResponseGroup",
                 group_id=g.group_id,
-                topics=tuple(_fetch_group(broker, mod, g.group_id, g.topics, names)),
+                topics=tuple(_fetch_group(node, mod, g.group_id, g.topics, names)),
                 error_code=ErrorCode.none,
             )
             for g in body.groups
@@ -162,6 +110,6 @@ async def handle_offset_fetch(broker: Broker, req: Request) -> Any:
     return make(
         mod,
         "OffsetFetchResponse",
-        topics=tuple(_fetch_group(broker, mod, body.group_id, body.topics, names)),
+        topics=tuple(_fetch_group(node, mod, body.group_id, body.topics, names)),
         error_code=ErrorCode.none,
     )

@@ -1,209 +1,36 @@
-"""Produce and InitProducerId: appends over the wire, and idempotent producers.
+"""Produce and InitProducerId: the handlers of appends over the wire.
 
-A Produce request's record sets are checked as a broker checks them (:mod:`~pylog.server.records`)
-and appended, as the clients encoded them, with the next group commit of the store; the response
-comes once the commit is durable (``acks`` 1 and -1 alike: the one node is every replica), and
-not at all for ``acks=0``.
-
-Idempotent producers (Kafka's ``ProducerStateManager``): per partition and producer id, the epoch
-and the sequence ranges and offsets of the last five batches.  A batch whose sequence range is
-one of those is a retry: it is answered with the offset it got the first time, and not appended
-again.  A batch that does not follow the last sequence gets OUT_OF_ORDER_SEQUENCE_NUMBER, an older
-epoch INVALID_PRODUCER_EPOCH.  A producer this process has not seen on a partition is looked up in
-the log (its last batch there), so a retry across a server restart is recognised too.
-
-Producer ids come from the clock (microseconds since the epoch at the first InitProducerId, then
-one more each), so they are not reused across restarts of the server.  Transactional producers
-(``transactional.id``) are refused: the transaction coordinator APIs are not served.
+A Produce request's record sets are checked (:mod:`~pylog.server.records`, and the producer
+state of :mod:`~pylog.server.producers`) and appended, as the clients encoded them, with the next
+group commit of the store; the response comes once the commit is durable (``acks`` 1 and -1
+alike: the one node is every replica), and not at all for ``acks=0``.  Transactional producers
+(``transactional.id``) are refused: the transaction coordinator's APIs are not served.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections import deque
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from pylog.server import records
-from pylog.server.context import Request, make, response_module
-from pylog.server.store import Key, PendingAppend, Store
-from pylog.storage.partition import transactions
+from pylog.server.context import Request, error_for, make, response_module
+from pylog.server.node import Node
+from pylog.server.producers import DuplicateSet
+from pylog.server.store import Key
 from pylog.storage.partition.log import AppendInfo
 
-if TYPE_CHECKING:
-    from pylog.server.broker import Broker
-
 log = logging.getLogger("pylog.server")
-
-KEPT_BATCHES = 5
-"""Batches remembered per producer and partition (Kafka's ``NUM_BATCHES_TO_RETAIN``)."""
-INT32 = 1 << 31
-
-
-class RefusedSet(records.RecordSetError):
-    """A record set refused by the producer-state checks."""
-
-
-class DuplicateSet(records.RecordSetError):
-    """A retried record set already appended: answered with its first offset, not appended."""
-
-    def __init__(self, base_offset: int):
-        super().__init__(0, f"duplicate of the batch at offset {base_offset}")
-        self.base_offset = base_offset
-
-
-@dataclass
-class BatchMeta:
-    first_seq: int
-    last_seq: int
-    base_offset: int | None = None  # None until its commit assigned it
-
-
-@dataclass
-class ProducerEntry:
-    epoch: int
-    batches: deque[BatchMeta] = field(default_factory=lambda: deque(maxlen=KEPT_BATCHES))
-
-    @property
-    def last_seq(self) -> int:
-        return self.batches[-1].last_seq if self.batches else -1
-
-
-class Producers:
-    """Producer ids and the sequence checks (see the module docstring)."""
-
-    def __init__(self, store: Store):
-        self.store = store
-        self._next_id = 0
-        self._state: dict[tuple[Key, int], ProducerEntry] = {}
-        store.before_append = self.before_append
-        store.after_append = self.after_append
-
-    def new_id(self) -> int:
-        self._next_id = max(self._next_id + 1, time.time_ns() // 1000)
-        return self._next_id
-
-    # ------------------------------------------------------------------ on the storage thread
-
-    def before_append(self, group: list[PendingAppend]) -> None:
-        root = self.store.root
-        now = int(time.time() * 1000)
-        for p in group:
-            metas = p.meta
-            for key, data in list(p.sets.items()):
-                if isinstance(data, BaseException):
-                    continue
-                topic, partition = key
-                try:
-                    checked = records.check_produced(data, root.config(topic), f"{topic}-{partition}", now)
-                    metas[key] = self._check_sequence(key, checked)
-                except records.RecordSetError as e:
-                    p.sets[key] = e  # type: ignore[assignment]
-                    continue
-                p.sets[key] = checked.data
-
-    def _check_sequence(self, key: Key, s: records.ProducedSet) -> tuple[int, BatchMeta] | None:
-        if s.producer_id < 0:
-            return None
-        entry = self._state.get((key, s.producer_id))
-        if entry is None:
-            entry = self._from_log(key, s.producer_id)
-        if entry is not None and s.producer_epoch < entry.epoch:
-            raise RefusedSet(
-                int(ErrorCode.invalid_producer_epoch),
-                f"producer {s.producer_id} epoch {s.producer_epoch} is older than {entry.epoch}",
-            )
-        if entry is None or s.producer_epoch > entry.epoch:
-            if s.base_sequence != 0 and entry is not None:
-                raise RefusedSet(
-                    int(ErrorCode.out_of_order_sequence_number),
-                    f"a new epoch of producer {s.producer_id} must start at sequence 0, "
-                    f"not {s.base_sequence}",
-                )
-            entry = ProducerEntry(s.producer_epoch)
-            self._state[(key, s.producer_id)] = entry
-        for b in entry.batches:
-            if b.first_seq == s.base_sequence and b.last_seq == s.last_sequence:
-                if b.base_offset is None:
-                    raise RefusedSet(
-                        int(ErrorCode.duplicate_sequence_number), "a duplicate of a batch in flight"
-                    )
-                raise DuplicateSet(b.base_offset)
-        expected = (entry.last_seq + 1) % INT32 if entry.batches else None
-        if expected is not None and s.base_sequence != expected:
-            raise RefusedSet(
-                int(ErrorCode.out_of_order_sequence_number),
-                f"producer {s.producer_id}: sequence {s.base_sequence} on {key[0]}-{key[1]}, "
-                f"expected {expected}",
-            )
-        if expected is None and s.base_sequence != 0:
-            raise RefusedSet(
-                int(ErrorCode.out_of_order_sequence_number),
-                f"producer {s.producer_id} is unknown on {key[0]}-{key[1]}: its first sequence must be 0, "
-                f"not {s.base_sequence}",
-            )
-        meta = BatchMeta(s.base_sequence, s.last_sequence)
-        entry.batches.append(meta)
-        return s.producer_id, meta
-
-    def _from_log(self, key: Key, pid: int) -> ProducerEntry | None:
-        """What the log says of producer ``pid`` on ``key``: its epoch and last batch."""
-        lg = self.store.root.log(*key)
-        found = transactions.producer_state(lg).producers.get(pid)
-        if found is None or found.last_data_offset < 0:
-            return None
-        entry = ProducerEntry(found.epoch)
-        pos_data = lg.read(found.last_data_offset, 1 << 16)
-        got = _batch_with(pos_data[1], found.last_data_offset)
-        if got is not None:
-            first_seq, last_seq, base = got
-            entry.batches.append(BatchMeta(first_seq, last_seq, base))
-        self._state[(key, pid)] = entry
-        return entry
-
-    def after_append(self, group: list[PendingAppend], results: dict[Key, list[Any]]) -> None:
-        cursor = {key: 0 for key in results}
-        for p in group:
-            metas = p.meta
-            for key in p.sets:
-                i = cursor.get(key, 0)
-                cursor[key] = i + 1
-                got = results.get(key, [])[i] if i < len(results.get(key, [])) else None
-                meta = metas.get(key)
-                if meta is None:
-                    continue
-                pid, batch = meta
-                if isinstance(got, AppendInfo):
-                    batch.base_offset = got.first_offset
-                else:  # not appended: forget what was assumed of this producer
-                    self._state.pop((key, pid), None)
-
-
-def _batch_with(data: memoryview, offset: int) -> tuple[int, int, int] | None:
-    import numpy as np
-
-    from pylog.storage.codec import batch as B
-
-    buf = np.frombuffer(data, np.uint8)
-    scan = B.scan_entries(buf, allow_torn_tail=True, raise_on_corrupt=False)
-    h = B.parse_headers(buf, scan.position, scan.size, scan.magic)
-    hit = np.nonzero((h.base_offset <= offset) & (h.last_offset >= offset))[0]
-    if not hit.size or h.base_sequence[hit[0]] < 0:
-        return None
-    i = int(hit[0])
-    return int(h.base_sequence[i]), int(h.base_sequence[i] + h.last_offset_delta[i]), int(h.base_offset[i])
 
 
 # ---------------------------------------------------------------------------- Produce
 
 
-async def handle_produce(broker: Broker, req: Request) -> Any:
+async def handle_produce(node: Node, req: Request) -> Any:
     body = req.body
-    root = broker.root
+    root = node.root
     mod = response_module(req)
     sets: dict[Key, Any] = {}
     refused: dict[Key, tuple[ErrorCode, str | None]] = {}
@@ -222,7 +49,7 @@ async def handle_produce(broker: Broker, req: Request) -> Any:
                 refused[key] = (ErrorCode.corrupt_message, "no records")
             else:
                 sets[key] = bytes(pd.records)
-    pending = broker.store.append(sets) if sets else None  # queued now: in request order
+    pending = node.store.append(sets) if sets else None  # queued now: in request order
     if body.acks == 0:
         if pending is not None:
             asyncio.ensure_future(pending).add_done_callback(_log_unacknowledged)
@@ -233,7 +60,7 @@ async def handle_produce(broker: Broker, req: Request) -> Any:
         answers = []
         for pd in topic.partition_data:
             key = (topic.name, int(pd.index))
-            answers.append(_partition_response(broker, mod, key, refused.get(key), results.get(key)))
+            answers.append(_partition_response(node, mod, key, refused.get(key), results.get(key)))
         responses.append(
             make(mod, "TopicProduceResponse", name=topic.name, partition_responses=tuple(answers))
         )
@@ -241,7 +68,7 @@ async def handle_produce(broker: Broker, req: Request) -> Any:
 
 
 def _partition_response(
-    broker: Broker, mod: Any, key: Key, refused: tuple[ErrorCode, str | None] | None, got: Any
+    node: Node, mod: Any, key: Key, refused: tuple[ErrorCode, str | None] | None, got: Any
 ) -> Any:
     code, message, base, append_time = ErrorCode.none, None, -1, None
     if refused is not None:
@@ -251,8 +78,6 @@ def _partition_response(
     elif isinstance(got, records.RecordSetError):
         code, message = ErrorCode(got.code), str(got)
     elif isinstance(got, BaseException):
-        from pylog.server.cluster import error_for
-
         code, message = error_for(got), str(got)
         log.warning("produce to %s-%s failed: %r", key[0], key[1], got)
     elif isinstance(got, AppendInfo):
@@ -260,7 +85,7 @@ def _partition_response(
     start = -1
     if code == ErrorCode.none:
         try:
-            start = broker.root.log_start_offset(*key)
+            start = node.root.log_start_offset(*key)
         except Exception:  # the answer goes out without it
             start = -1
     return make(
@@ -291,7 +116,7 @@ def _log_unacknowledged(fut: asyncio.Future[Any]) -> None:
 # ---------------------------------------------------------------------------- InitProducerId
 
 
-async def handle_init_producer_id(broker: Broker, req: Request) -> Any:
+async def handle_init_producer_id(node: Node, req: Request) -> Any:
     mod = response_module(req)
     body = req.body
     if body.transactional_id is not None:
@@ -302,7 +127,7 @@ async def handle_init_producer_id(broker: Broker, req: Request) -> Any:
             producer_id=-1,
             producer_epoch=-1,
         )
-    pid, epoch = broker.producers.new_id(), 0
+    pid, epoch = node.producers.new_id(), 0
     if getattr(body, "producer_id", -1) >= 0:  # KIP-360: the producer asks for a bumped epoch
         pid, epoch = int(body.producer_id), int(body.producer_epoch) + 1
     return make(

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from pylog.server.records import offsets_spanned
 from pylog.storage.errors import PylogError
 from pylog.storage.maintenance.runner import maintain
 from pylog.storage.partition.log import AppendInfo
@@ -270,8 +271,6 @@ def _split_info(info: AppendInfo, parts: list[bytes]) -> list[AppendInfo]:
     """One partition's AppendInfo of several joined record sets, as each set's own."""
     if len(parts) == 1:
         return [info]
-    from pylog.server.records import offsets_spanned
-
     out = []
     base = info.first_offset
     for data in parts:
