@@ -62,6 +62,9 @@ HANDLERS: dict[int, Handler] = {
 }
 """The one router: api key -> handler (protocol.SUPPORTED lists their versions)."""
 
+STOP_TIMEOUT_S = 30.0
+"""How long a stop waits for the connections to answer what they read."""
+
 MAX_IN_FLIGHT = 64
 """Requests of one connection read ahead of their responses (Kafka clients send at most 5)."""
 
@@ -96,6 +99,7 @@ class Broker(Node):
         self.metrics = Metrics()
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._readers: dict[asyncio.Task[None], asyncio.StreamReader] = {}
         self._background: list[asyncio.Task[None]] = []
 
     # ------------------------------------------------------------------ lifecycle
@@ -122,15 +126,19 @@ class Broker(Node):
         log.info("stopping: no new connections; answering the requests in flight")
         if self._server is not None:
             self._server.close()
-        # answer what was read: the connections end after their queued responses
-        await self.store.drain()
-        for task in list(self._connections):
-            task.cancel()
-        for task in list(self._connections):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        # answer what was read: long-polling fetches answer now, the connections read no more
+        # requests and end after the responses to those they read
+        self.store.wake([], every=True)
+        for reader in self._readers.values():
+            reader.feed_eof()
+        if self._connections:
+            _, late = await asyncio.wait(set(self._connections), timeout=STOP_TIMEOUT_S)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
         for task in self._background:
             task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
         await self.store.drain()
         await asyncio.get_running_loop().run_in_executor(None, self.store.close)
         log.info("stopped: the root was closed cleanly")
@@ -141,6 +149,7 @@ class Broker(Node):
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
+        self._readers[task] = reader
         self.metrics.connections += 1
         self.metrics.open_connections += 1
         peer = writer.get_extra_info("peername")
@@ -163,16 +172,18 @@ class Broker(Node):
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
             pass
         finally:
-            with contextlib.suppress(asyncio.QueueFull):
-                queue.put_nowait(None)
-            if not sender.done():
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await asyncio.wait_for(sender, timeout=30)
+            try:
+                if not sender.done():
+                    await queue.put(None)  # the sender writes what is queued, then ends
+                    await sender
+            except BaseException:
+                sender.cancel()
             writer.close()
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(BaseException):  # (a reset peer, or a cancelled stop)
                 await writer.wait_closed()
             self.metrics.open_connections -= 1
             self._connections.discard(task)
+            self._readers.pop(task, None)
 
     async def _send(
         self, queue: asyncio.Queue[asyncio.Task[bytes | None] | None], writer: asyncio.StreamWriter

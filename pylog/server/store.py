@@ -204,9 +204,12 @@ class Store:
                 if not s:
                     del self._waiters[key]
 
-    def wake(self, keys: list[Key]) -> None:
+    def wake(self, keys: list[Key], *, every: bool = False) -> None:
+        """Wake the fetches waiting on ``keys`` (``every``: all of them, at a stop)."""
         woken: set[asyncio.Future[None]] = set(self._any_waiters)
         self._any_waiters.clear()
+        if every:
+            keys = list(self._waiters)
         for key in keys:
             woken |= self._waiters.pop(key, set())
         for fut in woken:
