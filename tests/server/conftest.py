@@ -55,7 +55,7 @@ class ServeProcess:
         for k, v in self.storage_options.items():
             args += ["-S", f"{k}={v}"]
         self.runs += 1
-        self.stderr_path = self.log_dir / f"serve-{self.runs}.log"
+        self.stderr_path = self.log_dir / f"serve-{id(self)}-{self.runs}.log"
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
             args,
