@@ -57,12 +57,8 @@ class ServeProcess:
         self.runs += 1
         self.stderr_path = self.log_dir / f"serve-{id(self)}-{self.runs}.log"
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self.proc = subprocess.Popen(
-            args,
-            stdout=subprocess.PIPE,
-            stderr=open(self.stderr_path, "wb"),
-            env=env,  # noqa: SIM115
-        )
+        with open(self.stderr_path, "wb") as stderr:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=stderr, env=env)
         assert self.proc.stdout is not None
         deadline = time.monotonic() + START_TIMEOUT_S
         line = b""

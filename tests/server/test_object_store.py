@@ -23,12 +23,12 @@ DEADLINE_S = 120.0
 def _produce_one_at_a_time(bootstrap: str, n: int, who: int, acked: list[bytes]) -> None:
     """One request in flight per producer: each record is flushed before the next."""
     p = ck.Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 0})
+    errors: list[Any] = []
     for i in range(n):
         value = b"p%d-%d" % (who, i)
-        errors: list[Any] = []
         p.produce("events", key=b"k%d" % (i % 5), value=value, on_delivery=lambda e, m: errors.append(e))
         assert p.flush(DEADLINE_S) == 0
-        assert errors == [None], errors
+        assert errors == [None] * (i + 1), errors
         acked.append(value)
 
 
