@@ -317,7 +317,7 @@ class Coordinator:
                     if now > deadline:
                         del g.pending[mid]
                 for mid, m in list(g.members.items()):
-                    waiting = m.join is not None and not m.join.done()
+                    waiting = any(f is not None and not f.done() for f in (m.join, m.sync))
                     if not waiting and now - m.last_heartbeat > m.session_timeout_ms / 1000:
                         with contextlib.suppress(KeyError):
                             self._remove(g, mid, "timed out (session.timeout.ms)")

@@ -10,6 +10,7 @@ alike: the one node is every replica), and not at all for ``acks=0``.  Transacti
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 from typing import Any
 
@@ -82,6 +83,8 @@ def _partition_response(
         log.warning("produce to %s-%s failed: %r", key[0], key[1], got)
     elif isinstance(got, AppendInfo):
         base = got.first_offset
+        if node.root.config(key[0]).message_timestamp_type == "LogAppendTime":  # the time stamped
+            append_time = dt.datetime.fromtimestamp(got.max_timestamp / 1000, tz=dt.timezone.utc)
     start = -1
     if code == ErrorCode.none:
         try:
