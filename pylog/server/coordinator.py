@@ -5,8 +5,8 @@ A group moves Empty -> PreparingRebalance -> CompletingRebalance -> Stable:
 
 - JoinGroup from a new member (v4+) first gets MEMBER_ID_REQUIRED with its member id, and joins
   again with it.  A join starts a rebalance: every known member must join again; the join
-  completes when all have, or when the longest rebalance timeout has passed (members that did
-  not rejoin are removed).  A group's first rebalance waits ``initial_rebalance_delay_ms`` for
+  completes when all have and every member id handed out is used (or its session timed out),
+  or when the longest rebalance timeout has passed (members that did not rejoin are removed).  A group's first rebalance waits ``initial_rebalance_delay_ms`` for
   more members (Kafka's ``group.initial.rebalance.delay.ms``) before it completes.
 - Completing the join starts a new generation, picks the protocol every member supports (the
   one most members list first), keeps the leader or picks one, and answers every JoinGroup:
@@ -173,7 +173,13 @@ class Coordinator:
     def _maybe_complete_join(self, g: Group) -> None:
         if g.state != PREPARING or (g.new_group and self.initial_rebalance_delay_ms):
             return
-        if g.members and all(m.join is not None and not m.join.done() for m in g.members.values()):
+        # every member joined again, and every member id handed out (MEMBER_ID_REQUIRED) is
+        # used, as Kafka's hasAllMembersJoined
+        if (
+            g.members
+            and not g.pending
+            and all(m.join is not None and not m.join.done() for m in g.members.values())
+        ):
             self._complete_join(g)
 
     def _complete_join(self, g: Group) -> None:
@@ -316,6 +322,7 @@ class Coordinator:
                 for mid, deadline in list(g.pending.items()):
                     if now > deadline:
                         del g.pending[mid]
+                        self._maybe_complete_join(g)
                 for mid, m in list(g.members.items()):
                     waiting = any(f is not None and not f.done() for f in (m.join, m.sync))
                     if not waiting and now - m.last_heartbeat > m.session_timeout_ms / 1000:
