@@ -193,5 +193,5 @@ def test_a_reader_that_stops_early_is_not_an_error_of_the_file(tmp_path: Path) -
     assert proc.stdout.read(100).startswith(b"Dumping ")
     proc.stdout.close()  # as `head` does: the dump's next writes fail with EPIPE
     err = proc.stderr.read().decode()
-    assert proc.wait(timeout=120) == 1
+    assert proc.wait(timeout=120) == 141  # as a shell reports `cat` ended by SIGPIPE
     assert "Broken pipe" not in err and str(log) not in err, err

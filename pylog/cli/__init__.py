@@ -15,6 +15,7 @@ in one of those modules (or a new module imported below).
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
 import sys
 
@@ -37,11 +38,24 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Runner]]:
     parser = argparse.ArgumentParser(
         prog="pylog", description="Operate pylog roots: Kafka-format segmented logs on plain storage."
     )
+    parser.add_argument("--version", action="version", version=f"pylog {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     runners: dict[str, Runner] = {}
     for cmd in COMMANDS.values():
         runners[cmd.name] = cmd.build(sub.add_parser(cmd.name, help=cmd.help, description=cmd.description))
     return parser, runners
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("pylog")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree without an install
+        return "unknown"
+
+
+SIGPIPE_STATUS = 128 + 13
+"""Exit status after the reader of the output went away (``pylog dump ... | head``): what a shell
+reports for ``cat`` killed by SIGPIPE."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,4 +75,4 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `pylog dump ... | head`
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        return 1
+        return SIGPIPE_STATUS
