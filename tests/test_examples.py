@@ -66,6 +66,16 @@ EXPECTED: dict[str, list[str]] = {
         "appended at offset 6 of test-natty-0",
         "OK: checked",
     ],
+    "kafka_clients.py": [  # confluent-kafka through `pylog serve`, then Spark on the same files
+        "created topic 'orders' with AdminClient.create_topics: 3 partitions",
+        "produced 1,200 orders, acknowledged per partition {0: 343, 1: 685, 2: 172}",  # murmur2
+        "consumer group 'order-audit' read 1,200 orders and committed {0: 343, 1: 685, 2: 172}",
+        "orders-1: consumed up to 685, lag 0",  # the group's offsets, durable in the root
+        "run 1 read 1,200 orders",
+        "run 2, restarted on its checkpoint, read 300 orders: only the new ones",
+        "SIGTERM: pylog serve exited with status 0",
+        "OK: every order produced through the server read once by Spark, sums as sent",
+    ],
     "object_store.py": [  # on moto's S3 server, started by the example on 127.0.0.1
         "appended 480 orders in 24 commits (25 commits published)",
         "read back 480 records",
@@ -93,6 +103,9 @@ def _env() -> dict[str, str]:
 def test_example_runs(script: str, tmp_path: Path) -> None:
     if script == "kafka_interop.py" and not (KAFKA_FIXTURES / "MANIFEST.json").is_file():
         pytest.skip(f"kafka_interop.py reads the broker-written fixtures, absent at {KAFKA_FIXTURES}")
+    if script == "kafka_clients.py":
+        pytest.importorskip("kio", reason="kafka_clients.py runs pylog serve (pip install '.[serve]')")
+        pytest.importorskip("confluent_kafka", reason="kafka_clients.py uses confluent-kafka ('.[dev]')")
     if script == "object_store.py":
         pytest.importorskip("moto", reason="object_store.py runs moto's S3 server (pip install '.[dev]')")
         pytest.importorskip("s3fs", reason="object_store.py needs s3fs (pip install '.[s3]')")
@@ -238,3 +251,14 @@ def test_readme_reference_tables_match_the_code() -> None:
         timeout=120,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_readme_lists_the_versions_pylog_serve_speaks() -> None:
+    """The README's *Kafka clients* table: one row per API of ``protocol.SUPPORTED``, with its
+    advertised versions."""
+    protocol = pytest.importorskip("pylog.server.protocol", reason="pylog serve needs kio ('.[serve]')")
+    section = (REPO / "README.md").read_text().split("\n## Kafka clients\n", 1)[1].split("\n## ", 1)[0]
+    cells = [line.split("|")[1:3] for line in section.splitlines() if line.startswith("| ")]
+    listed = {name.strip(): versions.strip() for name, versions in cells if "–" in versions}
+    supported = {name: f"{lo}–{hi}" for name, lo, hi, _flexible in protocol.SUPPORTED.values()}
+    assert listed == supported, "update the table of README.md's *Kafka clients* to protocol.SUPPORTED"
