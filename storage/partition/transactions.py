@@ -1,7 +1,8 @@
 """Transactions in a log: producer state, the ``.txnindex``, the last stable offset, read_committed.
 
-Kafka's ``ProducerStateManager`` keeps, per producer id, its epoch, its last data batch and its
-ongoing transaction (the first offset of its first transactional batch since its last marker).
+Kafka's ``ProducerStateManager`` keeps, per producer id, its epoch, its last data batches (five,
+with their sequence ranges: an idempotent producer's retry of one is a duplicate) and its ongoing
+transaction (the first offset of its first transactional batch since its last marker).
 pylog rebuilds that state by scanning batch *headers* (and the one record of each control
 batch) the first time a log needs it, then keeps it current on every append
 (:func:`on_append`, called by ``Log._append``).  Kafka persists the state in ``.snapshot`` files
@@ -26,6 +27,7 @@ No clock is read here: expiry of idle producers takes ``now``.
 from __future__ import annotations
 
 import weakref
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -72,6 +74,21 @@ READ_COMMITTED = "read_committed"
 READ_UNCOMMITTED = "read_uncommitted"
 
 
+KEPT_BATCHES = 5
+"""Data batches remembered per producer (Kafka's ``ProducerStateEntry.NUM_BATCHES_TO_RETAIN``):
+an idempotent producer's retry of one of them is recognised as a duplicate."""
+
+
+@dataclass(frozen=True)
+class BatchSequence:
+    """An idempotent producer's data batch: its sequence range and offsets."""
+
+    first_seq: int
+    last_seq: int
+    base_offset: int
+    last_offset: int
+
+
 @dataclass
 class ProducerEntry:
     """What the log says about one producer id."""
@@ -80,6 +97,8 @@ class ProducerEntry:
     last_data_offset: int = -1  # last offset of its last data batch, -1 if none
     last_timestamp: int = -1  # max timestamp of its last batch
     txn_first_offset: int = -1  # first offset of its ongoing transaction, -1 if none
+    batches: deque[BatchSequence] = field(default_factory=lambda: deque(maxlen=KEPT_BATCHES))
+    """Its last data batches with a sequence (of its current epoch), oldest first."""
 
 
 @dataclass(frozen=True)
@@ -127,12 +146,14 @@ class ProducerState:
         completed: list[AbortedTxn] = []
         pid_a, epoch_a, ts_a = h.producer_id, h.producer_epoch, h.max_timestamp
         control_a, txn_a = h.is_control, h.is_transactional
-        base_a, last_a = h.base_offset, h.last_offset
+        base_a, last_a, seq_a = h.base_offset, h.last_offset, h.base_sequence
         for i in rows.tolist():
             pid = int(pid_a[i])
             e = self.producers.get(pid)
             if e is None:
                 e = self.producers[pid] = ProducerEntry(int(epoch_a[i]))
+            if int(epoch_a[i]) != e.epoch:
+                e.batches.clear()  # sequences start again with each epoch
             e.epoch = int(epoch_a[i])
             e.last_timestamp = int(ts_a[i])
             if control_a[i]:
@@ -149,6 +170,10 @@ class ProducerState:
                         completed.append(txn)
             else:
                 e.last_data_offset = int(last_a[i])
+                if seq_a[i] >= 0:
+                    first_seq = int(seq_a[i])
+                    last_seq = (first_seq + int(last_a[i] - base_a[i])) % (1 << 31)
+                    e.batches.append(BatchSequence(first_seq, last_seq, int(base_a[i]), int(last_a[i])))
                 if txn_a[i] and e.txn_first_offset < 0:
                     e.txn_first_offset = int(base_a[i])
         return completed

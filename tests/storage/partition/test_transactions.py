@@ -185,3 +185,22 @@ def test_scan_of_large_batches_reads_headers_only(tmp_path: Path) -> None:
     assert max(n for _, n in reads) < transactions.HOP_MIN_BATCH  # never a whole data batch
     assert all_index_entries(again) == [(6, 1, 3, 4)]
     assert transactions.read_table(again).column("offset").to_pylist() == [0]
+
+
+def test_producer_state_keeps_the_sequences_of_each_producers_last_five_batches(tmp_path: Path) -> None:
+    """Idempotent producers: the last five data batches of each producer id, with their sequence
+    ranges and offsets, rebuilt from the log (what ``pylog serve`` checks retries against);
+    a new epoch starts them over."""
+    lg = open_log(tmp_path, cleanup_policy="delete")
+    offsets = [put(lg, b"k", b"v%d" % i, producer_id=9, producer_epoch=0, base_sequence=i) for i in range(7)]
+    put(lg, b"k", b"other", producer_id=4, producer_epoch=2, base_sequence=0)
+    lg.flush()
+    lg.close()
+    lg = reopen(tmp_path, cleanup_policy="delete")  # the state is scanned from the files
+    entry = transactions.producer_state(lg).producers[9]
+    assert [(b.first_seq, b.last_seq, b.base_offset) for b in entry.batches] == [
+        (i, i, offsets[i]) for i in range(2, 7)
+    ]
+    assert [b.first_seq for b in transactions.producer_state(lg).producers[4].batches] == [0]
+    put(lg, b"k", b"new-epoch", producer_id=9, producer_epoch=1, base_sequence=0)
+    assert [b.first_seq for b in transactions.producer_state(lg).producers[9].batches] == [0]
