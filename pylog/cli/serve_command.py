@@ -16,7 +16,8 @@ from pylog.storage.errors import ConfigError
 DESCRIPTION = """\
 Serve a root over Kafka's wire protocol: one process that is a single-node Kafka cluster for the
 root (node 0, leader of every partition, coordinator of every group), so that Kafka clients
-(librdkafka / confluent-kafka / kcat, kafka-python, aiokafka, the Java client 3.x and 4.x)
+(librdkafka / confluent-kafka / kcat, kafka-python, aiokafka; the Java client's versions are
+advertised but untested)
 produce to and consume from the files Spark reads.  It holds the root's writer lock while it
 runs, and runs retention and compaction between appends.  The first line on stdout says where it
 listens; SIGTERM or Ctrl-C stops it cleanly (exit status 0).
@@ -71,7 +72,9 @@ def serve_command(parser: argparse.ArgumentParser) -> Runner:
             from pylog.server.broker import Broker
             from pylog.server.broker import run as run_broker
         except ImportError as e:
-            raise ConfigError(f"pylog serve needs the serve extra: pip install 'pylog[serve]' ({e})") from e
+            raise ConfigError(
+                f"pylog serve needs Python 3.11+ and the serve extra: pip install 'pylog[serve]' ({e})"
+            ) from e
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(
             _JsonFormatter()
