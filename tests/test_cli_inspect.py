@@ -117,7 +117,7 @@ def test_describe_shows_consumer_lag(filled: Backend, capsys: pytest.CaptureFixt
     ends = {p["partition"]: p["log_end_offset"] for p in info["topics"][0]["partitions"]}
     assert c["group"] == "my-query" and c["lag"] == ends[0] - 10 + ends[1]
     assert main(["describe", *args]) == 0
-    assert "query my-query: lag" in capsys.readouterr().out
+    assert "consumer group my-query: lag" in capsys.readouterr().out
 
 
 def test_describe_some_topics_only(filled: Backend, capsys: pytest.CaptureFixture[str]) -> None:

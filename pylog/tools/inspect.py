@@ -180,7 +180,7 @@ def format_describe(info: RootInfo) -> str:
             "(compaction and transaction markers leave gaps)"
         )
     for c in info.get("consumers", []):
-        out.append(f"\nquery {c['group']}: lag {c['lag']} records")
+        out.append(f"\nconsumer group {c['group']}: lag {c['lag']} records")
         for cp in c["partitions"]:
             out.append(f"  {cp['topic']}-{cp['partition']}: consumed up to {cp['consumed']}, lag {cp['lag']}")
     return "\n".join(out)
