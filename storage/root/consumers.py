@@ -110,8 +110,11 @@ def expire_consumer_offsets(
             continue
         modified = storage.modified_ms(name)
         if modified is not None and now_ms - modified > retention_ms and not storage.isdir(name):
+            group = unquote(name[len(CONSUMER_OFFSETS_PREFIX) :])
             storage.delete(name)
-            removed.append(unquote(name[len(CONSUMER_OFFSETS_PREFIX) :]))
+            if storage.exists(consumer_metadata_file(group)):  # a Kafka group's metadata strings
+                storage.delete(consumer_metadata_file(group))
+            removed.append(group)
     return removed
 
 
