@@ -143,12 +143,13 @@ def _holds_no_record(seg: LogSegment) -> bool:
 
 def _size_rule(log: Log) -> Predicate:
     limit = log.config.retention_bytes
-    size = log.size
-    diff = [size - limit]
+    diff: list[int] = []  # size - limit, measured when the rule runs: after the log-start rule's deletions
 
     def size_breached(seg: LogSegment, nxt: LogSegment | None) -> bool:
-        if limit < 0 or size < limit:
+        if limit < 0:
             return False
+        if not diff:
+            diff.append(log.size - limit)
         if diff[0] - seg.size >= 0:
             diff[0] -= seg.size
             return True
