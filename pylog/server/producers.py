@@ -10,7 +10,8 @@ and the sequence ranges and offsets of the last five batches.  A batch whose seq
 one of those is a retry: it is answered with the offset it got the first time, and not appended
 again.  A batch that does not follow the last sequence gets OUT_OF_ORDER_SEQUENCE_NUMBER, an older
 epoch INVALID_PRODUCER_EPOCH.  A producer this process has not seen on a partition is looked up in
-the log (its last batch there), so a retry across a server restart is recognised too.
+the log (its last five batches there, as the log's producer state keeps them), so a retry across a
+server restart is recognised too; producers idle for ``producer.id.expiration.ms`` leave memory.
 
 Producer ids come from the clock (microseconds since the epoch at the first InitProducerId, then
 one more each), so they are not reused across restarts of the server.  Transactional producers
@@ -25,19 +26,21 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 from kio.schema.errors import ErrorCode
 
 from pylog.server import records
 from pylog.server.store import Key, PendingAppend, Store
-from pylog.storage.codec import batch as B
 from pylog.storage.partition import transactions
 from pylog.storage.partition.log import AppendInfo
 
 log = logging.getLogger("pylog.server")
 
-KEPT_BATCHES = 5
+KEPT_BATCHES = transactions.KEPT_BATCHES
 """Batches remembered per producer and partition (Kafka's ``NUM_BATCHES_TO_RETAIN``)."""
+EXPIRATION_S = transactions.PRODUCER_ID_EXPIRATION_MS / 1000
+"""A producer idle this long is forgotten (Kafka's ``producer.id.expiration.ms``)."""
+PRUNE_EVERY = 10_000
+"""Sequence checks between two looks for idle producers."""
 INT32 = 1 << 31
 
 
@@ -64,6 +67,7 @@ class BatchMeta:
 class ProducerEntry:
     epoch: int
     batches: deque[BatchMeta] = field(default_factory=lambda: deque(maxlen=KEPT_BATCHES))
+    used: float = field(default_factory=time.monotonic)
 
     @property
     def last_seq(self) -> int:
@@ -77,6 +81,7 @@ class Producers:
         self.store = store
         self._next_id = 0
         self._state: dict[tuple[Key, int], ProducerEntry] = {}
+        self._checks = 0
         store.before_append = self.before_append
         store.after_append = self.after_append
 
@@ -106,6 +111,9 @@ class Producers:
     def _check_sequence(self, key: Key, s: records.ProducedSet) -> tuple[int, BatchMeta] | None:
         if s.producer_id < 0:
             return None
+        self._checks += 1
+        if self._checks % PRUNE_EVERY == 0:
+            self._forget_idle(time.monotonic())
         entry = self._state.get((key, s.producer_id))
         if entry is None:
             entry = self._from_log(key, s.producer_id)
@@ -145,22 +153,27 @@ class Producers:
             )
         meta = BatchMeta(s.base_sequence, s.last_sequence)
         entry.batches.append(meta)
+        entry.used = time.monotonic()
         return s.producer_id, meta
 
     def _from_log(self, key: Key, pid: int) -> ProducerEntry | None:
-        """What the log says of producer ``pid`` on ``key``: its epoch and last batch."""
+        """What the log says of producer ``pid`` on ``key``: its epoch and last five batches
+        (after a restart, or once this process forgot an idle producer)."""
         lg = self.store.root.log(*key)
         found = transactions.producer_state(lg).producers.get(pid)
-        if found is None or found.last_data_offset < 0:
+        if found is None or not found.batches:
             return None
         entry = ProducerEntry(found.epoch)
-        pos_data = lg.read(found.last_data_offset, 1 << 16)
-        got = _batch_with(pos_data[1], found.last_data_offset)
-        if got is not None:
-            first_seq, last_seq, base = got
-            entry.batches.append(BatchMeta(first_seq, last_seq, base))
+        entry.batches.extend(BatchMeta(b.first_seq, b.last_seq, b.base_offset) for b in found.batches)
         self._state[(key, pid)] = entry
         return entry
+
+    def _forget_idle(self, now: float) -> None:
+        """Producers idle for ``producer.id.expiration.ms`` leave memory (the log still has
+        their last batches, if a retry comes after all)."""
+        idle = [k for k, e in self._state.items() if now - e.used > EXPIRATION_S]
+        for k in idle:
+            del self._state[k]
 
     def after_append(self, group: list[PendingAppend], results: dict[Key, list[Any]]) -> None:
         cursor = {key: 0 for key in results}
@@ -178,14 +191,3 @@ class Producers:
                     batch.base_offset = got.first_offset
                 else:  # not appended: forget what was assumed of this producer
                     self._state.pop((key, pid), None)
-
-
-def _batch_with(data: memoryview, offset: int) -> tuple[int, int, int] | None:
-    buf = np.frombuffer(data, np.uint8)
-    scan = B.scan_entries(buf, allow_torn_tail=True, raise_on_corrupt=False)
-    h = B.parse_headers(buf, scan.position, scan.size, scan.magic)
-    hit = np.nonzero((h.base_offset <= offset) & (h.last_offset >= offset))[0]
-    if not hit.size or h.base_sequence[hit[0]] < 0:
-        return None
-    i = int(hit[0])
-    return int(h.base_sequence[i]), int(h.base_sequence[i] + h.last_offset_delta[i]), int(h.base_offset[i])

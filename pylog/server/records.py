@@ -8,6 +8,7 @@ the server checks it as a Kafka broker does before anything is written —
     | whole entries, sizes, magic 0..2, CRC-32C     | CORRUPT_MESSAGE (2)                  |
     | magic 2 only (RecordBatch v2)                 | UNSUPPORTED_FOR_MESSAGE_FORMAT (43)  |
     | each batch within ``max.message.bytes``       | MESSAGE_TOO_LARGE (10)               |
+    | each batch within ``segment.bytes``           | RECORD_LIST_TOO_LARGE (18)           |
     | no null key in a compacted topic              | INVALID_RECORD (87)                  |
 
 and stamps the append time on a ``message.timestamp.type=LogAppendTime`` topic (attribute bit 3
@@ -37,6 +38,7 @@ class RecordSetError(PylogError):
 
 CORRUPT_MESSAGE = 2
 MESSAGE_TOO_LARGE = 10
+RECORD_LIST_TOO_LARGE = 18
 UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
 INVALID_RECORD = 87
 
@@ -77,6 +79,13 @@ def check_produced(data: bytes, config: LogConfig, where: str, now: int) -> Prod
             MESSAGE_TOO_LARGE,
             f"{where}: a batch of {int(h.size[too_big[0]])} bytes exceeds max.message.bytes="
             f"{config.max_message_bytes}",
+        )
+    too_big = np.nonzero(h.size > config.segment_bytes)[0]
+    if too_big.size:
+        raise RecordSetError(
+            RECORD_LIST_TOO_LARGE,
+            f"{where}: a batch of {int(h.size[too_big[0]])} bytes exceeds "
+            f"segment.bytes={config.segment_bytes}",
         )
     if config.compact:
         try:
@@ -146,3 +155,17 @@ def aborted_in(data: memoryview) -> bool:
     scan = B.scan_entries(buf, allow_torn_tail=True, raise_on_corrupt=False)
     h = B.parse_headers(buf, scan.position, scan.size, scan.magic)
     return bool(h.is_transactional.any())
+
+
+_WARM_UP_BATCH = bytes.fromhex(
+    "000000000000000000000039ffffffff02156266bb00000000000000000000000000010000000000000001"
+    "ffffffffffffffffffffffffffff000000010e00000001027800"
+)
+"""A RecordBatch v2 of one record (value ``x``), its CRC right."""
+
+
+def warm_up() -> None:
+    """Load the codec's compiled kernels (numba: up to a second or two when first used), so that
+    the first produce and fetch requests do not wait for them."""
+    check_produced(_WARM_UP_BATCH, LogConfig.from_dict({}), "warm-up", 0)
+    cut_below(memoryview(_WARM_UP_BATCH), 1)

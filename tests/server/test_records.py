@@ -48,6 +48,9 @@ def test_size_limit_and_null_keys_of_compacted_topics() -> None:
     with pytest.raises(R.RecordSetError) as e:
         R.check_produced(big, LogConfig.from_dict({"max.message.bytes": 100}), "t-0", now=5)
     assert e.value.code == R.MESSAGE_TOO_LARGE and "max.message.bytes=100" in str(e.value)
+    with pytest.raises(R.RecordSetError) as e:  # a batch no segment can hold
+        R.check_produced(big, LogConfig.from_dict({"segment.bytes": 500}), "t-0", now=5)
+    assert e.value.code == R.RECORD_LIST_TOO_LARGE and "segment.bytes=500" in str(e.value)
     compact = LogConfig.from_dict({"cleanup.policy": "compact"})
     with pytest.raises(R.RecordSetError) as e:
         R.check_produced(batches(keys=False), compact, "t-0", now=5)
