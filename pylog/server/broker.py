@@ -178,6 +178,7 @@ class Broker(Node):
                     await sender
             except BaseException:
                 sender.cancel()
+            _abandon(queue)  # what was read after the sender ended
             writer.close()
             with contextlib.suppress(BaseException):  # (a reset peer, or a cancelled stop)
                 await writer.wait_closed()
@@ -188,26 +189,33 @@ class Broker(Node):
     async def _send(
         self, queue: asyncio.Queue[asyncio.Task[bytes | None] | None], writer: asyncio.StreamWriter
     ) -> None:
-        """Write the responses in request order; a request that closes the connection ends it."""
-        while True:
-            task = await queue.get()
-            if task is None:
-                return
-            try:
-                data = await task
-            except ProtocolError as e:
-                self.metrics.closed_for_bad_frames += 1
-                log.info("closing a connection: %s", e)
-                writer.transport.abort()
-                return
-            except Exception:
-                self.metrics.errors += 1
-                log.exception("closing a connection after an unexpected error")
-                writer.transport.abort()
-                return
-            if data is not None:
-                writer.write(data)
-                await writer.drain()
+        """Write the responses in request order; a request that closes the connection ends it
+        (the requests read after it are abandoned: not answered, their errors not logged)."""
+        try:
+            while True:
+                task = await queue.get()
+                if task is None:
+                    return
+                try:
+                    data = await task
+                except ProtocolError as e:
+                    self.metrics.closed_for_bad_frames += 1
+                    log.info("closing a connection: %s", e)
+                    writer.transport.abort()
+                    return
+                except Exception:
+                    self.metrics.errors += 1
+                    log.exception("closing a connection after an unexpected error")
+                    writer.transport.abort()
+                    return
+                if data is not None:
+                    try:
+                        writer.write(data)
+                        await writer.drain()
+                    except ConnectionError:  # the peer is gone
+                        return
+        finally:
+            _abandon(queue)  # frees the queue: the reading side never waits on it
 
     def _dispatch(self, frame: bytes, host: str) -> asyncio.Task[bytes | None]:
         return asyncio.create_task(self._handle(memoryview(frame), host))
@@ -228,6 +236,21 @@ class Broker(Node):
         if result is None:
             return None
         return protocol.encode_response(header, result)
+
+
+def _abandon(queue: asyncio.Queue[asyncio.Task[bytes | None] | None]) -> None:
+    """Drop the requests queued on a connection that ends: they run to their end unanswered, and
+    their errors (bad frames after the one that closed the connection) are retrieved, not logged
+    by asyncio as never retrieved."""
+    while not queue.empty():
+        task = queue.get_nowait()
+        if task is not None:
+            task.add_done_callback(_retrieve)
+
+
+def _retrieve(task: asyncio.Task[bytes | None]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 async def run(broker: Broker, *, metrics_interval_s: float | None = None, ready: Any = None) -> None:

@@ -187,7 +187,16 @@ def _class_name(api_key: int, suffix: str) -> str:
 def parse_request(header: RequestHeader, frame: memoryview) -> Any:
     """The body of a supported request as kio's dataclass; a body that does not parse raises
     :class:`ProtocolError` (the connection is closed, as Kafka does)."""
-    _, read = _request_reader(header.api_key, header.api_version)
+    cls, read = _request_reader(header.api_key, header.api_version)
+    if flexible(header.api_key, header.api_version):
+        try:
+            _walk_entity(cls, frame, header.body_offset, len(frame))
+        except _Stop:
+            pass  # a truncated body: kio's reader says where
+        except ProtocolError as e:
+            raise ProtocolError(
+                f"{api_name(header.api_key)} v{header.api_version} request does not parse: {e}"
+            ) from None
     try:
         body, _size = read(frame, header.body_offset)
     except Exception as e:  # kio's native reader raises several kinds on bad bytes
@@ -195,6 +204,112 @@ def parse_request(header: RequestHeader, frame: memoryview) -> Any:
             f"{api_name(header.api_key)} v{header.api_version} request does not parse: {e}"
         ) from e
     return body
+
+
+# ---------------------------------------------------------------------------- compact arrays
+# kio's native reader reserves room for a compact array's declared length before reading its
+# entries, and a garbage length (up to 2**32) aborts the process on the failed allocation.  So a
+# flexible request's body is first walked by its schema: an array that declares more entries
+# than there are bytes left (each takes one at least) is refused before kio reads it.
+
+_FIXED_SIZE = {
+    "bool": 1, "int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "error_code": 2, "int32": 4,
+    "uint32": 4, "timedelta_i32": 4, "int64": 8, "uint64": 8, "timedelta_i64": 8,
+    "datetime_i64": 8, "float64": 8, "uuid": 16,
+}  # fmt: skip
+_Item = tuple[bool, str, Any, bool]
+"""(is an array, "fixed" | "bytes" | "entity", its size or class, a nullable entity)"""
+
+
+class _Stop(Exception):
+    """The walk ran off the end of the frame (kio's reader reports the truncation)."""
+
+
+@cache
+def _plan(cls: type) -> tuple[list[_Item], dict[int, _Item]]:
+    from dataclasses import fields
+
+    from kio.serial._introspect import EntityField, EntityTupleField, classify_field, is_optional
+
+    inline: list[_Item] = []
+    tagged: dict[int, _Item] = {}
+    for f in fields(cls):
+        kind = classify_field(f)
+        tag = f.metadata.get("tag")
+        if isinstance(kind, EntityField | EntityTupleField):
+            nullable = isinstance(kind, EntityField) and tag is None and is_optional(f)
+            item: _Item = (kind.is_array, "entity", kind.type_, nullable)
+        elif f.metadata["kafka_type"] in ("string", "bytes", "records"):
+            item = (kind.is_array, "bytes", None, False)
+        else:
+            item = (kind.is_array, "fixed", _FIXED_SIZE[f.metadata["kafka_type"]], False)
+        if tag is not None:
+            tagged[int(tag)] = item
+        elif item[:2] == (False, "fixed") and inline and inline[-1][:2] == (False, "fixed"):
+            inline[-1] = (False, "fixed", inline[-1][2] + item[2], False)  # one step for a run
+        else:
+            inline.append(item)
+    return inline, tagged
+
+
+def _uvarint(frame: memoryview, pos: int, end: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= end or shift > 28:
+            raise _Stop
+        b = frame[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+
+
+def _walk_entity(cls: type, frame: memoryview, pos: int, end: int) -> int:
+    inline, tagged = _plan(cls)
+    for item in inline:
+        if item[1] == "fixed" and not item[0]:
+            pos += item[2]
+        else:
+            pos = _walk_item(item, frame, pos, end)
+    if pos < end and frame[pos] == 0:  # no tagged fields, the usual case
+        return pos + 1
+    count, pos = _uvarint(frame, pos, end)
+    for _ in range(count):
+        tag, pos = _uvarint(frame, pos, end)
+        size, pos = _uvarint(frame, pos, end)
+        if pos + size > end:
+            raise _Stop
+        known = tagged.get(tag)
+        if known is not None:
+            _walk_item(known, frame, pos, pos + size)
+        pos += size
+    return pos
+
+
+def _walk_item(item: _Item, frame: memoryview, pos: int, end: int) -> int:
+    is_array, kind, arg, nullable = item
+    n = 1
+    if is_array:
+        n, pos = _uvarint(frame, pos, end)
+        n -= 1  # 0 is a null array
+        if n > end - pos:
+            raise ProtocolError(f"a compact array of {n} entries in the {end - pos} bytes left")
+        if kind == "fixed":
+            n, pos = 0, pos + max(n, 0) * arg
+    for _ in range(n):
+        if kind == "fixed":
+            pos += arg
+        elif kind == "bytes":
+            size, pos = _uvarint(frame, pos, end)
+            pos += max(size - 1, 0)
+        elif nullable and pos < end and frame[pos] == 0xFF:  # KIP-893: int8 -1, a null struct
+            pos += 1
+        else:
+            pos = _walk_entity(arg, frame, pos + (1 if nullable else 0), end)
+        if pos > end:
+            raise _Stop
+    return pos
 
 
 def encode_response(header: RequestHeader, body: Any) -> bytes:
