@@ -54,10 +54,12 @@ class ProtocolError(PylogError):
 # The APIs this server answers: api_key -> (name, min version, max version, first flexible).
 # The minimums are Kafka 4's (KIP-896) or lower, so that the exact versions older librdkafka
 # releases look for inside the advertised ranges are there; the maximums are the highest
-# versions current clients send that kio has schemas for.
+# versions current clients send that kio has schemas for, below those that name topics by id
+# (Fetch 13, OffsetCommit/OffsetFetch 10, Produce 13): topics have no ids here (Metadata gives
+# the zero id), and clients then stay below those versions.
 SUPPORTED: dict[int, tuple[str, int, int, int]] = {
-    0: ("Produce", 3, 11, 9),
-    1: ("Fetch", 4, 16, 12),
+    0: ("Produce", 0, 11, 9),
+    1: ("Fetch", 4, 12, 12),
     2: ("ListOffsets", 1, 8, 6),
     3: ("Metadata", 0, 12, 9),
     8: ("OffsetCommit", 2, 9, 8),
@@ -148,9 +150,16 @@ def read_header(frame: memoryview) -> RequestHeader:
     return RequestHeader(api_key, version, correlation, client_id, pos)
 
 
+ADVERTISED_ONLY = {0: 3}
+"""Versions advertised but refused, as Kafka 4 does (KIP-896, KAFKA-18659): Produce 0-2 (magic 0
+and 1 message sets) is inside the advertised range only because librdkafka releases before
+2.11.1 turn compression off unless Produce 2 is; no client sends it.  api_key -> first accepted."""
+
+
 def supported(header: RequestHeader) -> bool:
     entry = SUPPORTED.get(header.api_key)
-    return entry is not None and entry[1] <= header.api_version <= entry[2]
+    lowest = ADVERTISED_ONLY.get(header.api_key, entry[1] if entry else 0)
+    return entry is not None and max(entry[1], lowest) <= header.api_version <= entry[2]
 
 
 @cache
