@@ -231,3 +231,72 @@ def test_json_output_of_create_topic_produce_and_consume(
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert sorted(x["value"] for x in lines) == sorted(f"v{i}" for i in range(20))
     assert {str(x["partition"]) for x in lines} == set(parts)
+
+
+def test_produce_refuses_a_line_without_value(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue #30: ``{"key": "a"}`` was silently a tombstone; an explicit ``"value": null`` is one."""
+    root = str(tmp_path / "r")
+    assert main(["create-topic", root, "t"]) == 0
+    assert run(["produce", root, "t"], '{"value": "x"}\n{"key": "a"}\n', monkeypatch) == 1
+    err = capsys.readouterr().err
+    assert (
+        'line 2: no "value" (or "value_b64") field; give "value": null for a tombstone (fields: key)' in err
+    )
+    assert (
+        run(["produce", root, "t"], '{"key": "a", "value": null}\n{"value_b64": "eA=="}\n', monkeypatch) == 0
+    )
+    capsys.readouterr()
+    assert main(["consume", root, "t"]) == 0
+    got = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(g["key"], g["value"]) for g in got] == [("a", None), (None, "x")]  # nothing of the bad input
+
+
+@pytest.mark.parametrize(
+    ("line", "named"),
+    [
+        (
+            '{"value": "a", "timestamp": -5}',  # was appended (Kafka's producer: InvalidTimestamp)
+            "line 1: timestamp -5 is not epoch milliseconds in [0, 9223372036854775807] (Kafka's "
+            "producer refuses negative timestamps)",
+        ),
+        ('{"value": "a", "timestamp": -1}', "line 1: timestamp -1 is not epoch milliseconds in [0, "),
+        ('{"value": "a", "partition": -1}', "line 1: partition -1 is not a partition number (>= 0)"),
+    ],
+)
+def test_produce_refuses_negative_timestamps_naming_the_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], line: str, named: str
+) -> None:
+    root = str(tmp_path / "r")
+    assert main(["create-topic", root, "t"]) == 0
+    assert run(["produce", root, "t"], line + "\n", monkeypatch) == 1
+    assert named in capsys.readouterr().err
+    assert run(["produce", root, "t"], '{"value": "a", "timestamp": 0}\n', monkeypatch) == 0
+
+
+def test_produce_help_lists_the_json_fields(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["produce", "--help"]) == 0
+    out = capsys.readouterr().out
+    fields = [line.split()[0] for line in out.splitlines() if line.startswith("  ") and line.split()]
+    for name in ("value", "value_b64", "key", "key_b64", "headers", "timestamp", "partition"):
+        assert name in fields, name
+    assert "a line without it is" in out and "null for a tombstone" in out
+
+
+@pytest.mark.parametrize("value", ["-1", "-5"])
+def test_consume_refuses_a_negative_max_messages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    """Issue #30: ``--max-messages -1`` read nothing and exited 0 (Kafka's console consumer takes
+    -1 as "no limit": leaving the option out is pylog's way to say that)."""
+    root = str(tmp_path / "r")
+    assert main(["create-topic", root, "t"]) == 0
+    assert run(["produce", root, "t"], '{"value": "a"}\n', monkeypatch) == 0
+    capsys.readouterr()
+    assert main(["consume", root, "t", "--max-messages", value]) == 2  # argparse's usage error
+    assert (
+        f"argument --max-messages: expected a number of records >= 0, got {value}" in capsys.readouterr().err
+    )
+    assert main(["consume", root, "t", "--max-messages", "0"]) == 0  # 0 reads nothing, as Kafka's
+    assert capsys.readouterr().out == ""

@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from pylog.cli.registry import Runner, add_root_argument, command, fail, non_negative_int, open_args_root
-from pylog.storage.codec.columns import TIMESTAMP_RANGE
+from pylog.storage.codec.columns import RECORD_TIMESTAMP_RANGE
 from pylog.storage.codec.records import HEADER_TYPE
 from pylog.storage.errors import ConfigError, OffsetOutOfRangeError, PylogError
 from pylog.storage.root.manager import Root
@@ -168,6 +168,11 @@ def parse_lines(lines: Iterable[str], fmt: str, separator: str) -> Iterator[Inpu
                 raise ValueError(f"line {n}: not JSON: {e.msg} at column {e.colno}") from e
             if not isinstance(obj, dict):
                 raise ValueError(f"line {n}: expected a JSON object")
+            if "value" not in obj and "value_b64" not in obj:  # (not silently a tombstone)
+                raise ValueError(
+                    f'line {n}: no "value" (or "value_b64") field; give "value": null for a tombstone '
+                    f"(fields: {', '.join(sorted(map(str, obj))) or 'none'})"
+                )
             try:
                 rec: InputRecord = {
                     "key": _text_or_b64(obj, "key", n),
@@ -177,17 +182,18 @@ def parse_lines(lines: Iterable[str], fmt: str, separator: str) -> Iterator[Inpu
             except (ValueError, KeyError, TypeError) as e:
                 raise ValueError(f"line {n}: {e}") from e
             if "timestamp" in obj:
-                rec["timestamp"] = _json_int(obj["timestamp"], "timestamp", n, TIMESTAMP_RANGE)
+                expected = f"{RECORD_TIMESTAMP_RANGE} (Kafka's producer refuses negative timestamps)"
+                rec["timestamp"] = _json_int(obj["timestamp"], "timestamp", n, expected)
             if "partition" in obj:
-                rec["partition"] = _json_int(obj["partition"], "partition", n, "a partition number")
+                rec["partition"] = _json_int(obj["partition"], "partition", n, "a partition number (>= 0)")
             yield rec
 
 
 def _json_int(raw: Any, name: str, line_no: int, expected: str) -> int:
-    """A JSON integer field of an input line (``1.0`` is taken, ``0.5``, ``"0"`` and values
-    outside 64 bits are not: nothing is coerced silently)."""
+    """A JSON integer field of an input line, not negative (``1.0`` is taken, ``0.5``, ``"0"``,
+    ``-1`` and values outside 64 bits are not: nothing is coerced silently)."""
     v = int(raw) if isinstance(raw, float) and raw.is_integer() else raw
-    if isinstance(v, bool) or not isinstance(v, int) or not -(2**63) <= v < 2**63:
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**63:
         raise ValueError(f"line {line_no}: {name} {json.dumps(raw)} is not {expected}")
     return v
 
@@ -214,8 +220,27 @@ def _positive_int(text: str) -> int:
     return value
 
 
+PRODUCE_INPUT = f"""\
+input lines (--format jsonl, the default): one JSON object per record, with the fields
+  value       required: a string (stored as UTF-8), any other JSON value (stored as its JSON
+              text), or null for a tombstone (a record without a value); a line without it is
+              an error
+  value_b64   instead of value: the value in base64 (bytes that are not UTF-8)
+  key         a string or other JSON value as for value; null or absent: no key
+  key_b64     instead of key: the key in base64
+  headers     [["name", "text"], ["name", {{"b64": "..."}}], ["name", null], ...] or
+              {{"name": "text", ...}}
+  timestamp   {RECORD_TIMESTAMP_RANGE} (default: the time of the append)
+  partition   the partition (default: Kafka's murmur2 partition of the key); --partition overrides it
+e.g. {{"key": "user-1", "value": "{{\\"plan\\": \\"pro\\"}}", "headers": [["source", "web"]]}}
+(consume --format jsonl prints records in this form).
+--format kv: KEY<separator>VALUE lines; --format value: one value per line, without key."""
+
+
 @command("produce", "append records read from stdin or a file (JSON lines, key/value or values)")
 def produce_command(parser: argparse.ArgumentParser) -> Runner:
+    parser.epilog = PRODUCE_INPUT
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     add_root_argument(parser)
     parser.add_argument("topic", help="an existing topic")
     parser.add_argument("--file", help="read records from this file instead of stdin")
@@ -337,7 +362,12 @@ def consume_command(parser: argparse.ArgumentParser) -> Runner:
         help="start at the first record with timestamp >= MS (epoch milliseconds)",
     )
     start.add_argument("--from-end", action="store_true", help="start at the log end (with --follow)")
-    parser.add_argument("--max-messages", type=int, help="stop after this many records")
+    parser.add_argument(
+        "--max-messages",
+        type=_record_count,
+        metavar="N",
+        help="stop after N records, N >= 0 (default: read everything)",
+    )
     parser.add_argument("--follow", action="store_true", help="keep waiting for new records (Ctrl-C stops)")
     parser.add_argument("--poll-interval", type=float, default=0.5, help="seconds between polls (--follow)")
     parser.add_argument("--format", choices=FORMATS, default="jsonl", help="output format (default jsonl)")
@@ -353,6 +383,20 @@ def consume_command(parser: argparse.ArgumentParser) -> Runner:
             return fail("consume", e)
 
     return run
+
+
+def _record_count(text: str) -> int:
+    """An ``argparse`` type: a number of records >= 0 (``--max-messages -1`` is refused, not
+    taken as "read nothing"; without the option everything is read)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of records, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of records >= 0, got {value} (leave the option out to read everything)"
+        )
+    return value
 
 
 def _starting_offsets(root: Root, args: argparse.Namespace, parts: list[int]) -> dict[int, int]:

@@ -238,8 +238,18 @@ class LocalStorage(Storage):
 
     def __init__(self, root: str | os.PathLike[str], *, create: bool = True):
         self.root = Path(root).resolve()
+        if self.root.exists() and not self.root.is_dir():
+            raise StorageError(f"{self.root}: is a file, not a root directory (a directory of topics)")
         if create:
-            self.root.mkdir(parents=True, exist_ok=True)
+            try:
+                self.root.mkdir(parents=True, exist_ok=True)
+            except OSError as e:  # (a file among its parents: ENOTDIR, EEXIST)
+                file = next((p for p in self.root.parents if p.exists() and not p.is_dir()), None)
+                if file is not None:
+                    raise StorageError(
+                        f"{self.root}: cannot create the root directory: {file} is a file, not a directory"
+                    ) from e
+                raise StorageIOError.wrap(e, self.root, "create the root directory") from e
         elif not self.root.is_dir():
             raise StorageError(f"{self.root}: no such directory")
         self._abs: dict[str, str] = {}  # resolved paths of hot files (reads)
@@ -427,7 +437,10 @@ class LocalStorage(Storage):
     @contextlib.contextmanager
     def lock(self, path: str):  # type: ignore[no-untyped-def, override]
         target = self.resolve(path)
-        fd = os.open(target, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(target, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise _lock_error(e, target) from e
         try:
             if fcntl is not None:
                 try:
@@ -441,6 +454,20 @@ class LocalStorage(Storage):
             yield
         finally:
             os.close(fd)  # closing releases the flock
+
+
+def _lock_error(e: OSError, target: Path) -> StorageIOError:
+    """Why the writer lock file ``target`` cannot be opened, and what to do: a read-only file
+    system (a read-only mount) or a directory the process may not write is read with
+    ``read_only=True``, which takes no lock."""
+    advice = "; to read the root, open it with read_only=True (no lock)"
+    if e.errno == errno.EROFS:
+        why = f"the root directory {target.parent} is read-only (a read-only file system)"
+    elif e.errno in (errno.EACCES, errno.EPERM):
+        why = f"the root directory {target.parent} is not writable by this process ({e.strerror})"
+    else:
+        return StorageIOError.wrap(e, target, "create the writer lock")
+    return StorageIOError(e.errno, why + advice, str(target), "create the writer lock")
 
 
 __all__ = ["LocalStorage"]

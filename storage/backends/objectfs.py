@@ -41,6 +41,7 @@ and the compactor merges small ones (:mod:`pylog.storage.maintenance.merge`).
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import re
 import threading
@@ -57,7 +58,7 @@ from pylog.storage.backends.objectstore import ObjectStore
 from pylog.storage.backends.reads import ObjectReader
 from pylog.storage.backends.snapshot import LOG, Ref, Snapshot
 from pylog.storage.backends.worktree import Entry, VirtualAppend, WorkingTree
-from pylog.storage.errors import CommitConflictError, StorageError
+from pylog.storage.errors import CommitConflictError, StorageError, StorageIOError
 
 log = logging.getLogger("pylog.storage")
 
@@ -333,12 +334,21 @@ class ObjectStorage(Storage):
         if e.data is not None:
             return bytes(e.data[start:end])
         assert e.key is not None
-        if e.patch is None:
-            return self._reader.read(e.key, e.size, start, end)
         key = e.key
-        return overlay.read_patched(
-            lambda lo, hi: self._reader.read(key, e.size, lo, hi), e.patch, start, end
-        )
+        try:
+            if e.patch is None:
+                return self._reader.read(key, e.size, start, end)
+            return overlay.read_patched(
+                lambda lo, hi: self._reader.read(key, e.size, lo, hi), e.patch, start, end
+            )
+        except FileNotFoundError as err:  # (a reader of an older state refreshes and reads again)
+            raise StorageIOError(
+                errno.ENOENT,
+                f"its object {self.store.url}/{key} is missing (deleted outside pylog? the root's state "
+                "still refers to it)",
+                f"{self.describe()}/{path}",
+                f"read bytes [{start}, {end})",
+            ) from err
 
     def size(self, path: str) -> int:
         path = self.check_relative(path)

@@ -58,21 +58,28 @@ def to_binary_array(arr: Any, name: str) -> pa.Array:
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 TIMESTAMP_RANGE = f"epoch milliseconds in [{INT64_MIN}, {INT64_MAX}] (a 64-bit integer)"
-"""What a record timestamp may be, for error messages."""
+"""What a record timestamp may be (in the byte format), for error messages."""
+
+RECORD_TIMESTAMP_RANGE = f"epoch milliseconds in [0, {INT64_MAX}]"
+"""What the timestamp of a record appended by a caller may be, for error messages."""
+
+NAIVE_DATETIME = "a datetime without tzinfo; give tzinfo=timezone.utc (or the zone it is in) or epoch ms"
+"""Why a naive ``datetime`` is refused: the zone it means is unknown (local time? UTC?)."""
 
 
-def timestamps_ms(timestamp: Any, n: int) -> np.ndarray:
+def timestamps_ms(timestamp: Any, n: int, *, expected: str = TIMESTAMP_RANGE) -> np.ndarray:
     """``timestamp`` (None: now; one value for every record; or one per record: integers,
-    integral floats, datetimes, Arrow timestamps) as ``n`` int64 epoch milliseconds.  Raises
-    :class:`ConfigError` naming the argument (and the first bad row) otherwise."""
+    integral floats, datetimes with a time zone, Arrow timestamps) as ``n`` int64 epoch
+    milliseconds.  Raises :class:`ConfigError` naming the argument (and the first bad row)
+    otherwise, saying that a timestamp is ``expected``."""
     if timestamp is None:
         return np.full(n, int(time.time() * 1000), dtype=np.int64)
     if isinstance(timestamp, datetime.datetime | np.datetime64 | int | float | np.number) and not isinstance(
         timestamp, bool
     ):
-        return np.full(n, _scalar_ms(timestamp), dtype=np.int64)
+        return np.full(n, _scalar_ms(timestamp, expected), dtype=np.int64)
     if isinstance(timestamp, str | bytes | bool | dict):
-        raise ConfigError(f"timestamp: expected {TIMESTAMP_RANGE} or a list of them, got {timestamp!r}")
+        raise ConfigError(f"timestamp: expected {expected} or a list of them, got {timestamp!r}")
     if isinstance(timestamp, pa.ChunkedArray):
         timestamp = timestamp.combine_chunks()
     if isinstance(timestamp, pa.Array):
@@ -85,7 +92,7 @@ def timestamps_ms(timestamp: Any, n: int) -> np.ndarray:
     try:
         ts = np.asarray(timestamp)
     except (ValueError, TypeError) as e:
-        raise ConfigError(f"timestamp: not a list of {TIMESTAMP_RANGE}: {e}") from None
+        raise ConfigError(f"timestamp: not a list of {expected}: {e}") from None
     if ts.ndim != 1 or ts.shape[0] != n:
         got = ts.shape[0] if ts.ndim else "one"
         raise ConfigError(f"timestamp: has {got} values, expected {n} (one per record)")
@@ -95,36 +102,61 @@ def timestamps_ms(timestamp: Any, n: int) -> np.ndarray:
         bad = ~np.isfinite(ts) | (ts != np.floor(ts)) | (ts < INT64_MIN) | (ts >= 2.0**63)
         if bad.any():
             row = int(np.argmax(bad))
-            raise ConfigError(f"timestamp: row {row} is {float(ts[row])!r}; expected {TIMESTAMP_RANGE}")
+            raise ConfigError(f"timestamp: row {row} is {float(ts[row])!r}; expected {expected}")
     elif ts.dtype.kind == "O":
         try:
-            return np.fromiter((_scalar_ms(v) for v in ts), np.int64, n)
+            return np.fromiter((_scalar_ms(v, expected) for v in ts), np.int64, n)
         except ConfigError as e:
             raise ConfigError(f"{e} (timestamp list)") from None
     elif ts.dtype.kind == "u" and ts.size and ts.max() > INT64_MAX:
         row = int(np.argmax(ts > INT64_MAX))
-        raise ConfigError(f"timestamp: row {row} is {int(ts[row])}, out of range: expected {TIMESTAMP_RANGE}")
+        raise ConfigError(f"timestamp: row {row} is {int(ts[row])}, out of range: expected {expected}")
     elif ts.dtype.kind not in "iu":
         first = ts[0].item() if ts.size else None
-        raise ConfigError(f"timestamp: expected {TIMESTAMP_RANGE}, got {first!r} (row 0, {ts.dtype})")
+        raise ConfigError(f"timestamp: expected {expected}, got {first!r} (row 0, {ts.dtype})")
     ts = ts.astype(np.int64, copy=False)
     return np.ascontiguousarray(ts)
 
 
-def _scalar_ms(v: Any) -> int:
-    """One timestamp as epoch milliseconds (a naive datetime is taken as local time, as
-    ``datetime.timestamp`` does)."""
+def record_timestamps_ms(timestamp: Any, n: int) -> np.ndarray | None:
+    """:func:`timestamps_ms` of the timestamps a caller gives its records (None: the time of the
+    append), refusing negative ones as Kafka's producer does (``ProducerRecord``: "Timestamp should
+    always be non-negative or null"; -1 means "no timestamp" only in message formats v0/v1, which
+    the encoder still writes when it re-encodes such records)."""
+    if timestamp is None:
+        return None
+    ts = timestamps_ms(timestamp, n, expected=RECORD_TIMESTAMP_RANGE)
+    bad = ts < 0
+    if bad.any():
+        row = int(np.argmax(bad))
+        what = f"{int(ts[row])} is" if _is_scalar(timestamp) else f"row {row} is {int(ts[row])},"
+        raise ConfigError(
+            f"timestamp: {what} before 1970-01-01: a record timestamp is {RECORD_TIMESTAMP_RANGE} "
+            "(Kafka's producer refuses negative timestamps)"
+        )
+    return ts
+
+
+def _is_scalar(v: Any) -> bool:
+    return isinstance(v, datetime.datetime | np.datetime64 | int | float | np.number)
+
+
+def _scalar_ms(v: Any, expected: str = TIMESTAMP_RANGE) -> int:
+    """One timestamp as epoch milliseconds (a naive datetime is refused: which zone it is in is
+    unknown)."""
     if isinstance(v, datetime.datetime):
+        if v.tzinfo is None or v.utcoffset() is None:
+            raise ConfigError(f"timestamp: {v!r} is {NAIVE_DATETIME}")
         return round(v.timestamp() * 1000)
     if isinstance(v, np.datetime64):
         return int(v.astype("datetime64[ms]").astype(np.int64))
     if isinstance(v, bool) or not isinstance(v, int | float | np.number):
-        raise ConfigError(f"timestamp: expected {TIMESTAMP_RANGE}, got {v!r} ({type(v).__name__})")
+        raise ConfigError(f"timestamp: expected {expected}, got {v!r} ({type(v).__name__})")
     if isinstance(v, float | np.floating) and not (np.isfinite(v) and v == int(v)):
-        raise ConfigError(f"timestamp: {v!r} is not {TIMESTAMP_RANGE}")
+        raise ConfigError(f"timestamp: {v!r} is not {expected}")
     out = int(v)
     if not INT64_MIN <= out <= INT64_MAX:
-        raise ConfigError(f"timestamp: {v!r} is out of range: expected {TIMESTAMP_RANGE}")
+        raise ConfigError(f"timestamp: {v!r} is out of range: expected {expected}")
     return out
 
 
@@ -144,6 +176,11 @@ def header_parts(headers: Any, n: int) -> tuple[np.ndarray, ...]:
         headers = headers.combine_chunks()
     if not isinstance(headers, pa.Array):
         headers = _python_headers(headers)
+    elif not _is_header_type(headers.type):
+        raise ConfigError(
+            f"headers: expected one list of (str key, bytes value) pairs per record (Arrow type "
+            f"{pa.list_(HEADER_TYPE)}), got a column of {headers.type}"
+        )
     if len(headers) != n:
         raise ConfigError(f"headers: has {len(headers)} values, expected {n} (one per record)")
     list_offsets = headers.offsets.to_numpy().astype(np.int64)
@@ -165,6 +202,17 @@ def header_parts(headers: Any, n: int) -> tuple[np.ndarray, ...]:
     v_start, v_data, v_len = binary_parts(child.field("value"), m, "headers.value")
     k_off = np.concatenate([k_start, [k_start[-1] + k_len[-1]]]) if m else np.zeros(1, np.int64)
     return list_offsets, k_off, k_data, v_start, v_data, v_len
+
+
+def _is_header_type(t: pa.DataType) -> bool:
+    """Whether ``t`` is a list of ``struct<key: string, value: binary>`` (any list, string and
+    binary flavour), the Arrow type of a ``headers`` column."""
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t)) or not pa.types.is_struct(t.value_type):
+        return False
+    st = t.value_type
+    names = {st.field(i).name: st.field(i).type for i in range(st.num_fields)}
+    text = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary)
+    return set(names) == {"key", "value"} and all(any(f(names[k]) for f in text) for k in names)
 
 
 def _python_headers(headers: Any) -> pa.Array:

@@ -41,7 +41,7 @@ import numpy as np
 from pylog.storage.backends.fs import Storage
 from pylog.storage.codec import records
 from pylog.storage.config import LogConfig
-from pylog.storage.errors import OffsetOutOfRangeError, PylogError, StorageError
+from pylog.storage.errors import OffsetOutOfRangeError, PylogError, StorageError, StorageIOError
 from pylog.storage.partition import layout, listing
 from pylog.storage.partition.segment import LogSegment
 
@@ -275,7 +275,19 @@ class ConsistentReads:
             if end is not None and seg.base_offset >= end:
                 return i, k, None
             bound = seg.upper_position(end) if bound_reads and end is not None else None
-            got = seg.read(offset, max_bytes, max_position=bound)
+            try:
+                got = seg.read(offset, max_bytes, max_position=bound)
+            except StorageIOError as e:  # (an object missing, EIO): say which offsets it holds
+                following = segs[k + 1].base_offset if k + 1 < len(segs) else None
+                raise _naming_offsets(e, seg.base_offset, following, offset) from e
             if got is not None:
                 return i, k, got
         return i, len(segs), None
+
+
+def _naming_offsets(e: StorageIOError, base: int, following: int | None, offset: int) -> StorageIOError:
+    """``e`` (a failed read of the segment of offsets from ``base`` below ``following``, None:
+    the active segment) saying which offsets the segment holds and which one was read."""
+    held = f"[{base}, {following})" if following is not None else f"from {base} (the active segment)"
+    doing = f"{e.doing} (the segment of offsets {held}, reading offset {offset})"
+    return StorageIOError(e.errno, e.strerror or str(e), str(e.filename), doing)

@@ -22,7 +22,7 @@ import pyarrow as pa
 from pylog.storage.backends.fs import Storage
 from pylog.storage.codec import batch as B
 from pylog.storage.codec import compression, records
-from pylog.storage.codec.columns import to_binary_array
+from pylog.storage.codec.columns import record_timestamps_ms, to_binary_array
 from pylog.storage.config import LogConfig
 from pylog.storage.errors import (
     ConfigError,
@@ -173,7 +173,9 @@ class Log(ConsistentReads):
         """Append records (Arrow arrays or sequences), assigning offsets from the LEO.
 
         Records are grouped into batches of about ``batch_bytes`` (default 1 MiB, capped by
-        ``max.message.bytes``); smaller batches make single-offset reads cheaper."""
+        ``max.message.bytes``); smaller batches make single-offset reads cheaper.  ``timestamp``
+        (None: now) is epoch milliseconds >= 0 or datetimes with a time zone, one for every
+        record or one per record; a negative one is refused, as by Kafka's producer."""
         self._check_writable()
         now = now_ms() if now is None else now
         if codec is None:
@@ -182,6 +184,9 @@ class Log(ConsistentReads):
         ts_type = timestamp_type(self.config)
         if ts_type == 1:
             timestamp = now
+        elif timestamp is not None:  # the producer's check: no negative timestamp
+            value = to_binary_array(value, "value")
+            timestamp = record_timestamps_ms(timestamp, len(value))
         check_keys(self.config, key, self.directory)
         enc = records.encode(
             value,

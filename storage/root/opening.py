@@ -42,8 +42,11 @@ def open_root(
     ``trust_known_s``: start from the state this process confirmed newest at most that long
     ago, without a request (see :meth:`ObjectStorage.refresh`).
     ``storage_options`` go to fsspec (``endpoint_url``, ``key``, ``secret``,
-    ``client_kwargs.region_name``, ``anon``...), plus pylog's ``pylog.*`` settings."""
-    text = os.fspath(path)
+    ``client_kwargs.region_name``, ``anon``...), plus pylog's ``pylog.*`` settings.
+
+    ``path`` must name a directory (or a URL): an empty path, a regular file or something other
+    than a ``str``/``os.PathLike`` is a :class:`ConfigError`/:class:`StorageError` naming it."""
+    text = _path_text(path)
     if is_object_url(text):
         storage = ObjectStorage.open(
             text, dict(storage_options or {}), read_only=read_only, trust_known_s=trust_known_s
@@ -64,10 +67,25 @@ def open_staging(path: str | os.PathLike[str], storage_options: Mapping[str, Any
     opened without reading the root's state: on an object store it costs no request (a task
     that knows its topics' partition counts and configs from the driver opens nothing else).
     Staging writes only the task's own staged files, outside the published state."""
-    text = os.fspath(path)
+    text = _path_text(path)
     if is_object_url(text):
         return ObjectStorage.open(text, dict(storage_options or {}), read_only=True, load=False)
     return LocalStorage(_local_path(text), create=False)
+
+
+def _path_text(path: object) -> str:
+    """``path`` (a ``str`` or ``os.PathLike``) as text, refusing what names no root: another
+    type (``os.fspath`` would take ``bytes`` and raise a bare ``TypeError`` otherwise) and an
+    empty path (which would open the current directory)."""
+    text = os.fspath(path) if isinstance(path, os.PathLike) else path
+    if not isinstance(text, str):
+        raise ConfigError(f"path must be a str or os.PathLike, got {type(text).__name__} {text!r}")
+    if not text or text == "file://":
+        raise ConfigError(
+            f"path: {text!r} is empty; name the root directory (or an object-store URL such as "
+            "s3://bucket/prefix), '.' for the current directory"
+        )
+    return text
 
 
 def _local_path(text: str) -> str:

@@ -17,8 +17,9 @@ resolves its options:
   (``endingTimestamp``): the earliest offset whose timestamp is >= it, exclusive; the log end
   offset when there is none.
 
-Timestamps are milliseconds since the epoch, ``datetime`` (naive ones are UTC, like the
-``timestamp`` column) or ``numpy.datetime64``.  Kafka timestamps need not grow with offsets: a
+Offsets are never negative.  Timestamps are milliseconds since the epoch, a ``datetime`` with a
+time zone (a naive one is refused: which zone it means is unknown) or a ``numpy.datetime64``
+(UTC, like the ``timestamp`` column).  Kafka timestamps need not grow with offsets: a
 time range is a range of offsets, and may hold records whose own timestamps fall outside it.
 
 >>> from datetime import datetime, timezone
@@ -38,12 +39,13 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
+from pylog.storage.codec.columns import NAIVE_DATETIME
 from pylog.storage.errors import ConfigError, OffsetOutOfRangeError
 from pylog.storage.partition.log import DEFAULT_FETCH_BYTES, Log
 from pylog.storage.root.schema import TABLE_SCHEMA, kafka_columns
 
 TimestampLike = int | dt.datetime | np.datetime64
-"""Milliseconds since the epoch, a ``datetime`` (naive: UTC) or a ``numpy.datetime64``."""
+"""Milliseconds since the epoch, a ``datetime`` with a time zone or a ``numpy.datetime64`` (UTC)."""
 
 DEFAULT_MAX_RECORDS = 65_536
 """Rows per batch of :func:`read_batches` unless told otherwise."""
@@ -76,8 +78,9 @@ def to_millis(value: TimestampLike, name: str) -> int:
     if isinstance(value, int | np.integer):
         ms = int(value)
     elif isinstance(value, dt.datetime):
-        aware = value if value.tzinfo is not None else value.replace(tzinfo=dt.timezone.utc)
-        ms = (aware - _EPOCH) // dt.timedelta(milliseconds=1)
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise ConfigError(f"{name}: {value!r} is {NAIVE_DATETIME}")
+        ms = (value - _EPOCH) // dt.timedelta(milliseconds=1)
     elif isinstance(value, np.datetime64):
         if np.isnat(value):
             raise ConfigError(f"{name} must be a time, got {value!r}")
@@ -97,6 +100,8 @@ def _offset(value: Any, name: str) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
         raise ConfigError(f"{name} must be an integer offset, got {type(value).__name__} {value!r}")
+    if value < 0:
+        raise ConfigError(f"{name} must be an offset >= 0, got {value} (offsets are never negative)")
     return int(value)
 
 
@@ -288,7 +293,8 @@ class TableReading:
         ``start_offset`` or ``start_timestamp`` (the first offset whose timestamp is >= it, as
         Spark's ``startingTimestamp``) to ``end_offset`` or ``end_timestamp`` (exclusive: up to
         the first offset whose timestamp is >= it); timestamps are milliseconds since the epoch,
-        ``datetime`` (naive: UTC) or ``numpy.datetime64``.  A partition with no record at or after
+        a ``datetime`` with a time zone (a naive one is refused) or a ``numpy.datetime64``; an
+        offset is never negative (a :class:`ConfigError`).  A partition with no record at or after
         ``start_timestamp`` gives no rows; a ``start_offset`` beyond a partition's log end offset is
         an :class:`OffsetOutOfRangeError`.  See :mod:`pylog.storage.root.reading`; :meth:`read_batches`
         streams the same rows.

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from pylog.storage.codec.columns import timestamps_ms, to_binary_array
+from pylog.storage.codec.columns import record_timestamps_ms, to_binary_array
 from pylog.storage.codec.partitioner import partition_for_keys
 from pylog.storage.errors import ConfigError
 
@@ -78,8 +78,8 @@ class Router:
             key = pa.repeat(pa.scalar(key, pa.binary()), n_rows)
         _check_length(key, "key", n_rows)
         _check_length(headers, "headers", n_rows)
-        if timestamp is not None:
-            timestamp = timestamps_ms(timestamp, n_rows)  # checked before anything is written
+        # checked before anything is written; negative ones refused, as by Kafka's producer
+        timestamp = record_timestamps_ms(timestamp, n_rows)
         if partition is not None:
             parts = np.full(n_rows, _partition_number(partition), dtype=np.int64)
         elif parts is None:
@@ -123,8 +123,15 @@ def _as_table_or_values(data: Any) -> pa.Table | Mapping[Any, Any] | Any:
     if isinstance(data, pa.RecordBatch):
         return pa.Table.from_batches([data])
     pandas = sys.modules.get("pandas")  # (imported by whoever passes a DataFrame)
-    if pandas is not None and isinstance(data, pandas.DataFrame):
-        return {column: data[column].tolist() for column in data.columns}
+    # (no DataFrame while another thread is still importing pandas: pyarrow imports it lazily)
+    frame = getattr(pandas, "DataFrame", None)
+    if frame is not None and isinstance(data, frame):
+        # (a datetime64 column as numpy's datetime64, UTC as Arrow's timestamps: its values as
+        # Python objects would be naive Timestamps, refused as naive datetimes are)
+        return {
+            column: data[column].to_numpy() if data[column].dtype.kind == "M" else data[column].tolist()
+            for column in data.columns
+        }
     if isinstance(data, str | bytes | bytearray | memoryview):
         shown = data[:20] if isinstance(data, str | bytes) else bytes(data[:20])
         raise ConfigError(

@@ -9,6 +9,7 @@ local roots is in the ``backend``-parametrized tests of the other modules."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import time
 import uuid
@@ -483,3 +484,30 @@ def test_a_store_ignoring_conditional_creates_is_refused(monkeypatch: pytest.Mon
         for url in (honest, blind):
             if fs.exists(url[len("memory://") :]):
                 fs.rm(url[len("memory://") :], recursive=True)
+
+
+def test_a_segment_object_deleted_by_hand_is_named_with_its_offsets(s3_backend: Backend) -> None:
+    """Issue #30: a segment's object deleted outside pylog gave readers a bare ``OSError: [Errno
+    None]``; now a :class:`StorageIOError` (a StorageError, and an OSError with errno ENOENT)
+    names the file, its object and the offsets the segment holds, for a reader and a writer."""
+    root = s3_backend.open()
+    root.create_topic("t", config={"segment.bytes": "20000"})
+    for i in range(6):  # each larger than what stays inline: an object per append
+        root.append("t", [b"v%d" % i + b"x" * 5000], partition=0)
+    root.close()
+    objects = sorted(segment_objects(s3_backend))
+    gone = next(k for k in objects if k.startswith("t-0/00000000000000000002.log."))
+    client(s3_backend).rm(f"{s3_backend.url[len('s3://') :]}/{gone}")
+    cold_cache()
+    for read_only in (True, False):
+        with s3_backend.open(read_only=read_only) as r:
+            with pytest.raises(pylog.StorageIOError) as e:
+                r.read_table("t")
+            message = str(e.value)
+            assert message.startswith(f"{s3_backend.url}/t-0/00000000000000000002.log: cannot read")
+            assert f"its object {s3_backend.url}/{gone} is missing" in message
+            assert "the segment of offsets [2, 3), reading offset 2" in message
+            assert isinstance(e.value, StorageError) and isinstance(e.value, OSError)
+            assert e.value.errno == errno.ENOENT
+            # the offsets of the other segments stay readable
+            assert r.read_table("t", start_offset=3).column("offset").to_pylist() == [3, 4, 5]
