@@ -180,3 +180,33 @@ class StorageIOError(StorageError, OSError):
 
     def __str__(self) -> str:
         return f"{self.filename}: cannot {self.doing}: {self.strerror} (errno {self.errno})"
+
+
+class ProtocolError(PylogError):
+    """``pylog serve``: a frame that cannot be a Kafka request (its size, a truncated or
+    unparseable body, an API or version not served); its connection is closed, as Kafka does."""
+
+
+class RecordSetError(PylogError):
+    """``pylog serve``: a produced record set the broker refuses for its partition; ``code`` is
+    the Kafka error code of the answer (CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, INVALID_RECORD,
+    OUT_OF_ORDER_SEQUENCE_NUMBER...)."""
+
+    def __init__(self, code: int, message: str):
+        self.code = code
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.code, str(self)))
+
+
+class DuplicateBatchError(RecordSetError):
+    """``pylog serve``: an idempotent producer's retry of a batch already appended; it is not
+    appended again, and the answer carries the offset the batch got the first time."""
+
+    def __init__(self, base_offset: int):
+        super().__init__(0, f"a retry of the batch appended at offset {base_offset}")
+        self.base_offset = base_offset
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.base_offset,))

@@ -114,6 +114,7 @@ def test_registry_builds_one_function_per_command() -> None:
         "produce",
         "consume",
         "recover",
+        "serve",
     ]
     with pytest.raises(ValueError, match="registered twice"):
         cli.command("dump", "again")(dump_command)

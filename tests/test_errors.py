@@ -43,7 +43,8 @@ def test_errors_are_defined_in_one_module() -> None:
                     bases = {getattr(b, "id", getattr(b, "attr", "")) for b in node.bases}
                     if bases & (names | {"Exception"}):
                         elsewhere.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}")
-    assert elsewhere == [] or all("_Malformed" in e for e in elsewhere), elsewhere
+    # a private class that never leaves its module (a parser's control flow) is no user's error
+    assert all(e.split()[-1].startswith("_") for e in elsewhere), elsewhere
 
 
 def test_topic_errors_are_their_own_classes(tmp_path: Path) -> None:

@@ -16,11 +16,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from pylog.server import records
 from pylog.server.context import Request, error_for, make, response_module
 from pylog.server.node import Node
-from pylog.server.producers import DuplicateSet
 from pylog.server.store import Key
+from pylog.storage.errors import DuplicateBatchError, RecordSetError
 from pylog.storage.partition.log import AppendInfo
 
 log = logging.getLogger("pylog.server")
@@ -74,9 +73,9 @@ def _partition_response(
     code, message, base, append_time = ErrorCode.none, None, -1, None
     if refused is not None:
         code, message = refused
-    elif isinstance(got, DuplicateSet):
+    elif isinstance(got, DuplicateBatchError):
         base = got.base_offset
-    elif isinstance(got, records.RecordSetError):
+    elif isinstance(got, RecordSetError):
         code, message = ErrorCode(got.code), str(got)
     elif isinstance(got, BaseException):
         code, message = error_for(got), str(got)
@@ -112,7 +111,7 @@ def _log_unacknowledged(fut: asyncio.Future[Any]) -> None:
         log.warning("an acks=0 produce failed: %s", exc)
         return
     for key, got in fut.result().items():
-        if isinstance(got, BaseException) and not isinstance(got, DuplicateSet):
+        if isinstance(got, BaseException) and not isinstance(got, DuplicateBatchError):
             log.warning("an acks=0 produce to %s-%s failed: %s", key[0], key[1], got)
 
 

@@ -30,6 +30,7 @@ from kio.schema.errors import ErrorCode
 
 from pylog.server import records
 from pylog.server.store import Key, PendingAppend, Store
+from pylog.storage.errors import DuplicateBatchError, RecordSetError
 from pylog.storage.partition import transactions
 from pylog.storage.partition.log import AppendInfo
 
@@ -42,18 +43,6 @@ EXPIRATION_S = transactions.PRODUCER_ID_EXPIRATION_MS / 1000
 PRUNE_EVERY = 10_000
 """Sequence checks between two looks for idle producers."""
 INT32 = 1 << 31
-
-
-class RefusedSet(records.RecordSetError):
-    """A record set refused by the producer-state checks."""
-
-
-class DuplicateSet(records.RecordSetError):
-    """A retried record set already appended: answered with its first offset, not appended."""
-
-    def __init__(self, base_offset: int):
-        super().__init__(0, f"duplicate of the batch at offset {base_offset}")
-        self.base_offset = base_offset
 
 
 @dataclass
@@ -103,7 +92,7 @@ class Producers:
                 try:
                     checked = records.check_produced(data, root.config(topic), f"{topic}-{partition}", now)
                     metas[key] = self._check_sequence(key, checked)
-                except records.RecordSetError as e:
+                except RecordSetError as e:
                     p.sets[key] = e  # type: ignore[assignment]
                     continue
                 p.sets[key] = checked.data
@@ -118,13 +107,13 @@ class Producers:
         if entry is None:
             entry = self._from_log(key, s.producer_id)
         if entry is not None and s.producer_epoch < entry.epoch:
-            raise RefusedSet(
+            raise RecordSetError(
                 int(ErrorCode.invalid_producer_epoch),
                 f"producer {s.producer_id} epoch {s.producer_epoch} is older than {entry.epoch}",
             )
         if entry is None or s.producer_epoch > entry.epoch:
             if s.base_sequence != 0 and entry is not None:
-                raise RefusedSet(
+                raise RecordSetError(
                     int(ErrorCode.out_of_order_sequence_number),
                     f"a new epoch of producer {s.producer_id} must start at sequence 0, "
                     f"not {s.base_sequence}",
@@ -134,19 +123,19 @@ class Producers:
         for b in entry.batches:
             if b.first_seq == s.base_sequence and b.last_seq == s.last_sequence:
                 if b.base_offset is None:
-                    raise RefusedSet(
+                    raise RecordSetError(
                         int(ErrorCode.duplicate_sequence_number), "a duplicate of a batch in flight"
                     )
-                raise DuplicateSet(b.base_offset)
+                raise DuplicateBatchError(b.base_offset)
         expected = (entry.last_seq + 1) % INT32 if entry.batches else None
         if expected is not None and s.base_sequence != expected:
-            raise RefusedSet(
+            raise RecordSetError(
                 int(ErrorCode.out_of_order_sequence_number),
                 f"producer {s.producer_id}: sequence {s.base_sequence} on {key[0]}-{key[1]}, "
                 f"expected {expected}",
             )
         if expected is None and s.base_sequence != 0:
-            raise RefusedSet(
+            raise RecordSetError(
                 int(ErrorCode.out_of_order_sequence_number),
                 f"producer {s.producer_id} is unknown on {key[0]}-{key[1]}: its first sequence must be 0, "
                 f"not {s.base_sequence}",

@@ -34,7 +34,7 @@ from kio.index import load_payload_module
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
-from pylog.storage.errors import PylogError
+from pylog.storage.errors import ProtocolError
 
 FRAME = struct.Struct(">i")
 """The size in front of every request and response."""
@@ -45,10 +45,6 @@ CORRELATION = struct.Struct(">i")
 MAX_FRAME = 100 * 1024 * 1024
 """Largest request accepted (Kafka's ``socket.request.max.bytes``); a larger size prefix
 closes the connection, as Kafka does."""
-
-
-class ProtocolError(PylogError):
-    """A frame that cannot be a Kafka request: the connection is closed."""
 
 
 # The APIs this server answers: api_key -> (name, min version, max version, first flexible).

@@ -25,16 +25,7 @@ from pylog.storage.codec import batch as B
 from pylog.storage.codec import records
 from pylog.storage.codec._kernels_src import AT_ATTRIBUTES, AT_MAX_TIMESTAMP
 from pylog.storage.config import LogConfig
-from pylog.storage.errors import CorruptRecordError, PylogError
-
-
-class RecordSetError(PylogError):
-    """A produced record set the broker refuses; ``code`` is Kafka's error code."""
-
-    def __init__(self, code: int, message: str):
-        self.code = code
-        super().__init__(message)
-
+from pylog.storage.errors import CorruptRecordError, RecordSetError
 
 CORRUPT_MESSAGE = 2
 MESSAGE_TOO_LARGE = 10
