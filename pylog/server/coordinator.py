@@ -6,8 +6,9 @@ A group moves Empty -> PreparingRebalance -> CompletingRebalance -> Stable:
 - JoinGroup from a new member (v4+) first gets MEMBER_ID_REQUIRED with its member id, and joins
   again with it.  A join starts a rebalance: every known member must join again; the join
   completes when all have and every member id handed out is used (or its session timed out),
-  or when the longest rebalance timeout has passed (members that did not rejoin are removed).  A group's first rebalance waits ``initial_rebalance_delay_ms`` for
-  more members (Kafka's ``group.initial.rebalance.delay.ms``) before it completes.
+  or when the longest rebalance timeout has passed (members that did not rejoin are removed).
+  A group's first rebalance waits ``initial_rebalance_delay_ms`` for more members (Kafka's
+  ``group.initial.rebalance.delay.ms``) before it completes.
 - Completing the join starts a new generation, picks the protocol every member supports (the
   one most members list first), keeps the leader or picks one, and answers every JoinGroup:
   the leader's response lists the members with their metadata.
