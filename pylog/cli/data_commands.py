@@ -448,17 +448,19 @@ def _consume(args: argparse.Namespace) -> int:
     try:
         while True:
             for p in parts:
-                table = root.read_table(args.topic, [p], start_offset=positions[p])
-                if table.num_rows == 0:
-                    continue
-                if limit is not None:
-                    table = table.slice(0, max(0, limit - printed))
-                for row in _rows(table):
-                    print(format_record(row, args.format, args.separator))
-                    printed += 1
-                positions[p] = int(table.column("offset")[-1].as_py()) + 1 if table.num_rows else positions[p]
-                if limit is not None and printed >= limit:
-                    return 0
+                # streamed: what precedes damage (a bad CRC, say) is printed before the error
+                # naming the file and byte
+                for batch in root.read_batches(args.topic, [p], start_offset=positions[p]):
+                    table = pa.Table.from_batches([batch])
+                    if limit is not None:
+                        table = table.slice(0, max(0, limit - printed))
+                    for row in _rows(table):
+                        print(format_record(row, args.format, args.separator))
+                        printed += 1
+                    if table.num_rows:
+                        positions[p] = int(table.column("offset")[-1].as_py()) + 1
+                    if limit is not None and printed >= limit:
+                        return 0
             if not args.follow:
                 return 0
             sys.stdout.flush()
@@ -532,16 +534,19 @@ def recover_command(parser: argparse.ArgumentParser) -> Runner:
             verb = "repaired" if rep.applied else "would"
             for step in rep.describe():
                 print(f"{where}: {verb}: {step}")
-        print(
-            f"recovered {len(report)} logs; {len(lost)} lost data (see above)"
-            if lost
-            else f"recovered {len(report)} logs; nothing lost"
-        )
+        logs = len({r["directory"] for r in report})  # (a repaired log is opened twice)
+        losing = {r["directory"] for r in lost} | {f"{r.topic}-{r.partition}" for r in repairs if r.lost}
+        if pending:
+            print(f"recovered {logs} logs; {len(pending)} damaged, not repaired (see above)")
+        elif losing:
+            print(f"recovered {logs} logs; {len(losing)} lost data (see above)")
+        else:
+            print(f"recovered {logs} logs; nothing lost")
         if pending:
             names = ", ".join(f"{r.topic}-{r.partition}" for r in pending)
             print(
-                f"pylog recover: {names} still damaged (writers refuse them): run again with "
-                "--accept-data-loss to carry out the repairs listed, losing what they state",
+                f"pylog recover: {names} still damaged: run again with --accept-data-loss to carry out "
+                "the repairs listed, losing what they state",
                 file=sys.stderr,
             )
             return 1

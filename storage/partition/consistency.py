@@ -39,9 +39,16 @@ from typing import TypeVar
 import numpy as np
 
 from pylog.storage.backends.fs import Storage
+from pylog.storage.codec import batch as B
 from pylog.storage.codec import records
 from pylog.storage.config import LogConfig
-from pylog.storage.errors import OffsetOutOfRangeError, PylogError, StorageError, StorageIOError
+from pylog.storage.errors import (
+    CorruptRecordError,
+    OffsetOutOfRangeError,
+    PylogError,
+    StorageError,
+    StorageIOError,
+)
 from pylog.storage.partition import layout, listing
 from pylog.storage.partition.segment import LogSegment
 
@@ -74,6 +81,14 @@ class ConsistentReads:
     _bases: np.ndarray
     _opened_ms: int
     _layout_checked: layout.Checked
+    _dense: bool | None
+
+    def offsets_dense(self) -> bool:
+        """Whether a batch holds every offset below the active segment (see
+        :func:`layout.dense_offsets`; read once): then offsets no segment holds are damage."""
+        if self._dense is None:
+            self._dense = layout.dense_offsets(self.storage, self.directory, self.config)
+        return self._dense
 
     def read_consistently(self, fn: Callable[[list[LogSegment]], T]) -> T:
         """``fn(segments)``, a read of this log's segments that must see all of them (the
@@ -205,7 +220,13 @@ class ConsistentReads:
             return False
         try:
             problem = layout.read_problem(
-                self.segments, j, offset, rs.batches, self._layout_checked, gaps=not self.config.compact
+                self.segments,
+                j,
+                offset,
+                rs.batches,
+                self._layout_checked,
+                gaps=not self.config.compact,
+                dense=self.offsets_dense,
             )
         except (OSError, PylogError):
             if not (self.read_only and relist):
@@ -244,7 +265,7 @@ class ConsistentReads:
                 rs = None
                 if got is not None and bound_reads:
                     pos, data = got
-                    rs = records.decode(data, path=segs[k].log_path, base_position=pos)
+                    rs = _decode_before_damage(data, segs[k].log_path, pos)
             except (OSError, PylogError) as e:
                 if not self.read_only or isinstance(e, OffsetOutOfRangeError) or _files(segs) == failed:
                     raise  # (the same files failed twice: a real failure)
@@ -283,6 +304,27 @@ class ConsistentReads:
             if got is not None:
                 return i, k, got
         return i, len(segs), None
+
+
+def _decode_before_damage(data: memoryview, path: str, pos: int) -> records.RecordSet:
+    """The batches ``data`` (read at byte ``pos`` of ``path``) decoded; when one that is not the
+    first does not decode (a bad CRC, say), those before it: the next read starts at the bad
+    batch and raises there, naming the file and byte, so that a reader gets every record that
+    precedes damage before the error (rather than the error for the whole chunk)."""
+    try:
+        return records.decode(data, path=path, base_position=pos)
+    except CorruptRecordError as e:
+        if e.position is None or e.position <= pos:
+            raise
+        scan = B.scan_entries(B.as_uint8(data), raise_on_corrupt=False)
+        before = scan.position[scan.position <= e.position - pos]
+        cut = int(before[-1]) if before.size else 0
+        if cut == 0:
+            raise
+        try:
+            return records.decode(data[:cut], path=path, base_position=pos)
+        except CorruptRecordError:
+            raise e from None
 
 
 def _naming_offsets(e: StorageIOError, base: int, following: int | None, offset: int) -> StorageIOError:

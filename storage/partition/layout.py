@@ -10,26 +10,33 @@ newest segment moves the log end, and an append gives an offset a second value.
 * :func:`misnamed_segments` reads the first batch of each ``.log`` of a directory before the log
   is loaded: a segment whose first batch starts below its base offset was renamed or copied
   (recovery would take its valid batches for invalid bytes and truncate them).
-* :func:`overlaps` finds consecutive segments whose offsets overlap, in a loaded log.
+* :func:`overlaps` finds consecutive segments whose offsets overlap, in a loaded log, and
+  :func:`holes` those where one ends below the next one's base offset: offsets no segment holds.
+  In a log whose offsets are dense (:func:`dense_offsets`: compaction never touched it) that is
+  damage (a segment cut short, mid-batch or not, or removed); compaction leaves such gaps.
 * :func:`read_problem` checks what a read returned, for free (the headers are at hand); when a
   read finds a gap, it looks once at the previous segment and (:func:`gap_problem`, in logs
-  without compaction gaps) at the first batch of the later ones.
+  without compaction gaps) at the first batch of the later ones, and whether the segment the
+  gap is in ends below the next one (:func:`hole_problem`, in logs with dense offsets).
 * :class:`Damage` is a range of offsets a reader must not read; :func:`damaged_log_error`
   formats the :class:`DamagedLogError` a writer or reader raises.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from pylog.storage.backends.fs import Storage, join
 from pylog.storage.codec import batch as B
-from pylog.storage.errors import DamagedLogError, StorageError
+from pylog.storage.config import LogConfig
+from pylog.storage.errors import CorruptCheckpointError, CorruptRecordError, DamagedLogError, StorageError
+from pylog.storage.partition import checkpoint as ckpt
 from pylog.storage.partition.index import naming_os_errors
-from pylog.storage.partition.segment import LogSegment
+from pylog.storage.partition.segment import MAX_OFFSET, LogSegment
 
 _MIN_ENTRY_LENGTH = (14, 22, 49)  # the smallest size field of a log entry, by magic
 _HEADER_READ = 61  # a v2 batch header
@@ -122,8 +129,86 @@ def overlaps(segments: list[LogSegment]) -> list[str]:
     return [p for p in found if p is not None]
 
 
+def dense_offsets(storage: Storage, directory: str, config: LogConfig) -> bool:
+    """Whether every offset of the partition in ``directory`` below its active segment must be
+    held by a batch: its topic is not compacted (``cleanup.policy`` without ``compact``) and never
+    was (no ``cleaner-offset-checkpoint`` entry for it: a topic whose policy changed to ``delete``
+    keeps the gaps compaction left).  A checkpoint that cannot be read counts as an entry (gaps
+    are not called damage on a guess; ``pylog verify`` reports the checkpoint)."""
+    if config.compact:
+        return False
+    topic, _, partition = directory.rstrip("/").rpartition("/")[2].rpartition("-")
+    try:
+        cleaned = ckpt.read_offsets(storage, ckpt.CLEANER_OFFSET)
+    except (CorruptCheckpointError, StorageError):
+        return False
+    return not (partition.isdigit() and (topic, int(partition)) in cleaned)
+
+
+def _complete_end(seg: LogSegment) -> int:
+    """The byte after the last complete batch of ``seg`` (from its last index entry on)."""
+    end = 0
+    with contextlib.suppress(CorruptRecordError):
+        for loc in seg.batches_for(MAX_OFFSET):
+            end = int(loc.headers.position[-1] + loc.headers.size[-1])
+    return end
+
+
+def hole_problem(a: LogSegment, b: LogSegment) -> str | None:
+    """Why segment ``a`` ends below ``b``'s base offset, ``b`` being the next segment: the offsets
+    in between are held by no segment (None: ``a`` reaches ``b``).  Damage where offsets are
+    dense (see :func:`dense_offsets`); the message says whether ``a`` ends with bytes that are
+    not a complete batch (it was cut short mid-batch)."""
+    end = a.read_next_offset()
+    if end >= b.base_offset:
+        return None
+    valid = _complete_end(a) if a.size else 0
+    how = (
+        f"its last {a.size - valid} bytes, from byte {valid}, are not a complete batch: it was cut short"
+        if valid < a.size
+        else "a segment cut short or removed"
+    )
+    return (
+        f"{a.log_path} ends at offset {end} and {b.log_path} starts at {b.base_offset}: offsets "
+        f"{end}..{b.base_offset - 1} are held by no segment ({how})"
+    )
+
+
+def holes(segments: list[LogSegment], below: int | None = None) -> list[str]:
+    """Consecutive segments (by base offset) where the first ends below the next one's base
+    offset (see :func:`hole_problem`), and below ``below`` (the high watermark: what lies at or
+    above it was never acknowledged, and a writer truncates it)."""
+    found = []
+    for a, b in itertools.pairwise(segments):
+        if below is not None and a.read_next_offset() >= below:
+            break
+        found.append(hole_problem(a, b))
+    return [p for p in found if p is not None]
+
+
 Checked = set[tuple[str, int]]
 """The checks a reader made already: (kind, id of the segment)."""
+
+
+def hole_at(segments: list[LogSegment], i: int, checked: Checked, dense: Callable[[], bool]) -> str | None:
+    """A read found no batch at or after an offset in ``segments[i]``, the segment it falls in,
+    and went on to a later one (or ended): whether ``segments[i]`` ends below the next one's base
+    offset (:func:`hole_problem`) in a log whose offsets are ``dense()``.  Each segment is checked
+    once; retired (``.deleted``) files of a reader are not (they may be newer versions covering
+    more offsets)."""
+    if not 0 <= i < len(segments) - 1 or ("hole", id(segments[i])) in checked:
+        return None
+    a, b = segments[i], segments[i + 1]
+    if ".deleted" in (a.suffix, b.suffix):
+        return None
+    try:
+        problem = hole_problem(a, b)
+    except OSError as e:  # (a segment removed meanwhile: the reader lists again)
+        raise StorageError(f"{a.log_path}: cannot read: {e.strerror or e}") from e
+    if problem is not None and dense():
+        return problem
+    checked.add(("hole", id(a)))
+    return None
 
 
 def gap_problem(segments: list[LogSegment], offset: int, checked: Checked) -> str | None:
@@ -144,13 +229,23 @@ def gap_problem(segments: list[LogSegment], offset: int, checked: Checked) -> st
 
 
 def read_problem(
-    segments: list[LogSegment], j: int, offset: int, h: B.BatchHeaders, checked: Checked, *, gaps: bool
+    segments: list[LogSegment],
+    j: int,
+    offset: int,
+    h: B.BatchHeaders,
+    checked: Checked,
+    *,
+    gaps: bool,
+    dense: Callable[[], bool] | None = None,
 ) -> str | None:
     """What is wrong with batches ``h`` read from ``segments[j]`` for offsets from ``offset`` on
     (None: nothing found).  A batch below the segment's base offset or at or above the next
     segment's is seen in ``h``.  When the read starts in a gap, the previous segment is checked
     for an overlap, and with ``gaps`` (a log without compaction gaps), the later segments for
-    misnaming (see :func:`gap_problem`); each check is made once per segment."""
+    misnaming (see :func:`gap_problem`); each check is made once per segment.  When the gap lies
+    between segments (``segments[j]`` starts above ``offset``), and ``dense()`` says the log's
+    offsets are dense, the segment ``offset`` falls in ending below the next one is damage too
+    (see :func:`hole_at`)."""
     seg = segments[j]
     below = h.base_offset < seg.base_offset
     if below.any():
@@ -173,7 +268,11 @@ def read_problem(
         if problem is not None:
             return problem
         checked.add(("overlap", id(seg)))
-    return gap_problem(segments, offset, checked) if gaps else None
+    problem = gap_problem(segments, offset, checked) if gaps else None
+    if problem is None and gaps and dense is not None and seg.base_offset > offset:
+        within = [k for k in range(j) if segments[k].base_offset <= offset]  # (none: below the log)
+        return hole_at(segments, within[-1], checked, dense) if within else None
+    return problem
 
 
 def damaged_log_error(directory: str, problems: Iterable[str], *, writer: bool) -> DamagedLogError:
@@ -196,8 +295,12 @@ def damaged_log_error(directory: str, problems: Iterable[str], *, writer: bool) 
 __all__ = [
     "Damage",
     "damaged_log_error",
+    "dense_offsets",
     "first_offset",
     "gap_problem",
+    "hole_at",
+    "hole_problem",
+    "holes",
     "misnamed_problem",
     "misnamed_segments",
     "overlap_problem",

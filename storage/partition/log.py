@@ -115,6 +115,7 @@ class Log(ConsistentReads):
         """Offsets found damaged when a reader opened the log (set by the log manager): reading
         them raises :class:`DamagedLogError`, and the log end offset covers them."""
         self._layout_checked: layout.Checked = set()
+        self._dense: bool | None = None  # see offsets_dense
         self.step_hook: Callable[[str], None] | None = None
         """Called with the name of each step of a multi-step change (crash-point tests)."""
         self._opened_ms = now_ms()  # (a read-only log's messages)
@@ -355,8 +356,13 @@ class Log(ConsistentReads):
         """Whole batches from the one holding ``offset`` (the first at or after it, across
         gaps): (position in its segment, a read-only view of the bytes).  Empty at the LEO."""
         self._check_range(offset)
-        got = self._fetch(offset, max_offset, max_bytes, bound_reads=False)
-        return (0, memoryview(b"")) if got is None else (got[1], got[2])
+        for relists in range(_RELISTS + 1):
+            got = self._fetch(offset, max_offset, max_bytes, bound_reads=False)
+            crossed = got is None or got[0].base_offset > offset  # nothing in the offset's segment
+            if crossed and self._hole_read(offset, relist=relists < _RELISTS):
+                continue
+            return (0, memoryview(b"")) if got is None else (got[1], got[2])
+        raise self._unsettled(f"reading offset {offset}")
 
     def iter_record_sets(
         self, start: int | None = None, end: int | None = None, *, max_bytes: int = DEFAULT_FETCH_BYTES
@@ -375,6 +381,9 @@ class Log(ConsistentReads):
                     problem = layout.gap_problem(self.segments, offset, self._layout_checked)
                     if problem is not None:
                         raise layout.damaged_log_error(self.directory, [problem], writer=False)
+                if self._hole_read(offset, relist=relists < _RELISTS):
+                    relists += 1
+                    continue
                 return
             rs = got[3]
             assert rs is not None
@@ -383,6 +392,25 @@ class Log(ConsistentReads):
                 continue  # the files changed under the read: read again on the fresh listing
             yield rs
             offset = int(rs.batches.last_offset[-1]) + 1
+
+    def _hole_read(self, offset: int, *, relist: bool) -> bool:
+        """A read found no batch at or after ``offset`` in the segment the offset falls in:
+        raise :class:`DamagedLogError` when that segment ends below the next one's base offset in
+        a log with dense offsets (acknowledged offsets no segment holds: a segment cut short or
+        removed), rather than skip them.  A read-only log first lists its directory again: True
+        when it changed (read again)."""
+        if self.config.compact:
+            return False
+        segs = self.segments
+        i = self._floor_index(offset)
+        if not 0 <= i < len(segs) - 1 or segs[i].base_offset > offset or offset >= self.log_end_offset:
+            return False  # (at or beyond the end of acknowledged data: nothing was skipped)
+        problem = layout.hole_at(segs, i, self._layout_checked, self.offsets_dense)
+        if problem is None:
+            return False
+        if self.read_only and relist and self._relist(refresh=True):
+            return True
+        raise layout.damaged_log_error(self.directory, [problem], writer=False)
 
     def _check_damage(self, start: int, end: int) -> None:
         hit = [d.problem for d in self.damage if d.start < end and start < d.end]

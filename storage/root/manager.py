@@ -243,12 +243,18 @@ class Root(Transactions, TableReading):
         :attr:`recoveries`) and repair the damaged ones (:class:`DamagedLogError`: files removed,
         renamed or copied from outside; see :mod:`~pylog.storage.root.writer`).
 
+        Every batch of every partition is read and checked (CRC, offsets increasing, segments
+        reaching each other), also where a writer opens the log without complaint: recovery
+        after a clean shutdown scans no segment but the active one's tail, and a bad CRC in an
+        older segment is found here (or by ``pylog verify``, or the read that reaches it).
+
         A repair that loses nothing (renaming a misnamed segment, dropping a log-start
         checkpoint entry beyond the end) is applied.  One that loses data (removing a segment
-        whose offsets another one holds, lowering the high watermark to the log end) is applied
-        only with ``accept_data_loss``; otherwise it is returned unapplied, stating in ``lost``
-        what it would lose, and the partition stays refused to writers.  Returns the repairs of
-        the damaged partitions (empty: none was damaged)."""
+        whose offsets another one holds, ending the log at its first invalid byte or at offsets
+        no segment holds, lowering the high watermark to the log end) is applied only with
+        ``accept_data_loss``; otherwise it is returned unapplied, stating in ``lost`` what it
+        would lose, and the partition stays damaged.  Returns the repairs of the damaged
+        partitions (empty: none was damaged)."""
         self._ensure_writer()
         repairs = []
         for topic in self.topics():
@@ -264,8 +270,7 @@ class Root(Transactions, TableReading):
         first: writer.Repair | None = None
         for _ in range(3):  # recovery may find invalid bytes once the names are right: plan again
             try:
-                self.log(topic, partition)
-                return first
+                lg = self.log(topic, partition)
             except DamagedLogError as e:
                 plan = writer.plan_repair(
                     self.storage,
@@ -276,10 +281,26 @@ class Root(Transactions, TableReading):
                     log_start_offset=self._start_offsets.get(key, 0),
                     high_watermark=self.high_watermark(*key),
                 )
+            else:  # every batch checked: damage that recovery after a clean shutdown does not see
+                plan = writer.plan_repair(
+                    self.storage,
+                    topic,
+                    partition,
+                    self.config(topic),
+                    problems=[],
+                    log_start_offset=self._start_offsets.get(key, 0),
+                    high_watermark=self.high_watermark(*key),
+                    segments=lg.segments,
+                )
+                if not plan.describe():
+                    return first
+                if accept_data_loss or not plan.lost:  # (else reported below, the log left open)
+                    self._logs.pop(key).close()  # before its files change; reopened below
             if first is not None:  # a second round: report its steps with the first
                 first.problems += plan.problems
                 first.renames += plan.renames
                 first.removals += plan.removals
+                first.cut = plan.cut or first.cut
                 first.lost += plan.lost
                 first.lost_records += plan.lost_records
                 first.lost_offsets += plan.lost_offsets

@@ -13,14 +13,19 @@ On close it writes the checkpoints, then the marker.  Readers take no lock and r
 A damaged partition is never written to (see :mod:`~pylog.storage.partition.layout`): before
 a log is loaded, a log-start checkpoint beyond the high watermark or a segment whose first batch
 starts below its file's base offset (renamed or copied: recovery would truncate it as invalid)
-stops the writer; after it is loaded, overlapping segments or a log end below the high
-watermark (segment files removed from outside: the next append would give acknowledged offsets
-a second value) do.  The writer raises :class:`DamagedLogError` naming the files.  A reader
-opens such a log but raises the same error for the offsets concerned.  :func:`plan_repair`
-and :func:`apply_repair` (``pylog recover``, :meth:`Root.recover`) make it writable again:
-a misnamed segment is renamed after its first batch and a bogus log-start checkpoint entry
-dropped, which lose nothing; removing a segment whose offsets another one holds, or lowering the
-high watermark to the log end, lose data and are only done when that is accepted.
+stops the writer; after it is loaded, overlapping segments, a segment that ends below the next
+one's base offset in a log with dense offsets (cut short or removed from outside: offsets no
+segment holds, which recovery after a clean shutdown does not look for; found from each
+segment's last index entry, as the overlaps are) or a log end below the high watermark (segment
+files removed from outside: the next append would give acknowledged offsets a second value) do.
+The writer raises :class:`DamagedLogError` naming the files.  A reader opens such a log but
+raises the same error for the offsets concerned.  :func:`plan_repair` and :func:`apply_repair`
+(``pylog recover``, :meth:`Root.recover`) make it writable again, and find the damage a writer
+does not look for (a bad CRC or a batch cut short in a segment recovery does not scan): a
+misnamed segment is renamed after its first batch and a bogus log-start checkpoint entry
+dropped, which lose nothing; removing a segment whose offsets another one holds, ending the log
+at its first invalid byte or at offsets no segment holds, or lowering the high watermark to the
+log end, lose data and are only done when that is accepted.
 """
 
 from __future__ import annotations
@@ -31,14 +36,23 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from pylog.storage.backends.fs import Storage
+from pylog.storage.codec import batch as B
 from pylog.storage.config import LogConfig
-from pylog.storage.errors import CorruptCheckpointError, LogLockedError, PylogError, StorageError
+from pylog.storage.errors import (
+    CorruptCheckpointError,
+    CorruptRecordError,
+    LogLockedError,
+    PylogError,
+    StorageError,
+)
 from pylog.storage.partition import checkpoint as ckpt
 from pylog.storage.partition import layout
 from pylog.storage.partition.loader import Recovery, load_log
 from pylog.storage.partition.log import Log
-from pylog.storage.partition.segment import LogSegment, segment_name
+from pylog.storage.partition.segment import LogSegment, relative_headers, segment_name
 from pylog.storage.root.metadata import partition_dir, root_step
 from pylog.storage.root.publish import STATE_FILE
 
@@ -151,6 +165,10 @@ def open_log(
         return lg, None
     with _naming_io_errors(directory, "checking the segments of"):
         problems = layout.overlaps(lg.segments) if storage.external_changes else []
+        if storage.external_changes and not problems and not config.compact:
+            # (the same ends read: a hole costs nothing more to find, the checkpoint is read then)
+            holes = layout.holes(lg.segments, below=high_watermark)  # (acknowledged offsets)
+            problems += holes if holes and lg.offsets_dense() else []
         problems += _end_problems(lg, high_watermark)
     if problems:
         for seg in lg.segments:  # closed as found: nothing flushed or indexed
@@ -264,6 +282,9 @@ class Repair:
     """``.log`` files renamed after their first batch (their offset indexes are rebuilt)."""
     removals: list[str] = field(default_factory=list)
     """``.log`` files removed with their indexes."""
+    cut: tuple[str, int] | None = None
+    """(``.log`` file, size): the file truncated to its valid batches (invalid bytes from there on:
+    a bad CRC, offsets out of order, a batch cut short), its indexes rebuilt."""
     reset_log_start: int | None = None
     """A log-start checkpoint entry dropped (it pointed beyond the log's end)."""
     high_watermark: tuple[int, int] | None = None
@@ -280,6 +301,8 @@ class Repair:
         """The repair's steps and losses, one line each."""
         steps = [f"rename {a} to {b}" for a, b in self.renames]
         steps += [f"remove {f}" for f in self.removals]
+        if self.cut is not None:
+            steps.append(f"truncate {self.cut[0]} to {self.cut[1]} bytes (its valid batches)")
         if self.reset_log_start is not None:
             steps.append(
                 f"drop the {ckpt.LOG_START_OFFSET} entry {self.reset_log_start} (beyond the log end)"
@@ -296,9 +319,11 @@ class _Segment:
     path: str
     base: int
     first: int | None  # offset of its first batch; None: no valid batch
-    end: int  # offset after its last batch (base if none)
-    records: int
+    end: int  # offset after its last valid batch (base if none)
+    records: int  # in its valid batches
     size: int
+    valid: int = 0  # bytes of its valid batches (the file's size: all valid)
+    problem: str | None = None  # why the bytes from ``valid`` on are invalid
 
 
 def plan_repair(
@@ -310,20 +335,29 @@ def plan_repair(
     problems: list[str],
     log_start_offset: int,
     high_watermark: int | None,
+    segments: list[LogSegment] | None = None,
 ) -> Repair:
     """The repair of a damaged partition, planned from a read-only view of its files (nothing
-    is changed).  Segments are put in the order of their first batches: each one whose offsets
-    follow the previous one's is kept, renamed after its first batch when its name does not fit;
-    one whose offsets overlap those of a segment before it is removed (its records are lost, or
-    held twice).  Then a log end below the high watermark lowers it, and a log-start checkpoint
-    entry beyond the end is dropped."""
+    is changed), or from ``segments`` (a writer's open log).  Every batch is read and checked as
+    Kafka's recovery checks it (CRC, offsets increasing).  Segments are put in the order of their
+    first batches: each one whose offsets follow the previous one's is kept, renamed after its
+    first batch when its name does not fit; one whose offsets overlap those of a segment before
+    it is removed (its records are lost, or held twice).  The log then ends at its first invalid
+    byte (the segment holding it truncated there, every later one removed, as Kafka's recovery
+    does after a crash) or, where offsets are dense (see :func:`layout.dense_offsets`), at the
+    first segment that ends below the next one's base offset (offsets no segment holds: the later
+    segments are removed, so that no acknowledged offset is unreadable and none gets a second
+    value).  Then a log end below the high watermark lowers it, and a log-start checkpoint
+    entry beyond the end is dropped.  ``problems`` gets the damage found that is not in it."""
     directory = partition_dir(topic, partition)
-    lg = load_log(storage, directory, config, read_only=True, had_clean_shutdown=True).log
+    own = segments is None
+    if segments is None:
+        segments = load_log(storage, directory, config, read_only=True, had_clean_shutdown=True).log.segments
     try:
         with _naming_io_errors(directory, "planning the repair of"):
-            segs = [_describe_segment(storage, seg) for seg in lg.segments if seg.suffix == ""]
+            segs = [_describe_segment(seg) for seg in segments if seg.suffix == ""]
     finally:
-        for seg in lg.segments:
+        for seg in segments if own else []:
             seg.close_files()
     plan = Repair(topic, partition, list(problems))
     content = sorted((s for s in segs if s.first is not None), key=lambda s: (s.first, s.base))
@@ -341,9 +375,11 @@ def plan_repair(
             continue
         low = prev.end if prev is not None else -1
         new_base = s.base if low <= s.base <= s.first else s.first
+        path = s.path
         if new_base != s.base:
-            plan.renames.append((s.path, _renamed(s.path, new_base)))
-        kept.append(_Segment(s.path, new_base, s.first, s.end, s.records, s.size))
+            path = _renamed(s.path, new_base)
+            plan.renames.append((s.path, path))
+        kept.append(_Segment(path, new_base, s.first, s.end, s.records, s.size, s.valid, s.problem))
     for s in (s for s in segs if s.first is None):  # empty (or not starting with a valid batch)
         if any(k.base <= s.base < k.end or k.base == s.base for k in kept):
             plan.removals.append(s.path)
@@ -352,6 +388,7 @@ def plan_repair(
         else:
             kept.append(s)
     kept.sort(key=lambda s: s.base)
+    kept = _end_at_damage(plan, kept, layout.dense_offsets(storage, directory, config), high_watermark)
     leo = kept[-1].end if kept else 0
     if high_watermark is not None and leo < high_watermark:
         plan.high_watermark = (high_watermark, leo)
@@ -365,14 +402,80 @@ def plan_repair(
     return plan
 
 
-def _describe_segment(storage: Storage, seg: LogSegment) -> _Segment:
-    first = layout.first_offset(storage, seg.log_path, seg.size) if seg.size else None
-    records = 0
-    end = seg.base_offset
-    if first is not None:
-        end = seg.read_next_offset()
-        records = sum(int(loc.headers.records_count.sum()) for loc in seg.iter_batches(0))
-    return _Segment(seg.log_path, seg.base_offset, first, end, records, seg.size)
+def _end_at_damage(plan: Repair, kept: list[_Segment], dense: bool, hw: int | None) -> list[_Segment]:
+    """``kept`` (by base offset) up to the first invalid byte, or (``dense``) up to the first
+    segment that ends below the next one's base and below the high watermark ``hw`` (what lies
+    above it the writer's load truncates); what that cuts off goes into ``plan``."""
+    for k, s in enumerate(kept):
+        hole = dense and k + 1 < len(kept) and s.end < kept[k + 1].base and (hw is None or s.end < hw)
+        if s.problem is None and not hole:
+            continue
+        later = kept[k + 1 :]
+        if s.problem is not None:
+            if s.problem not in plan.problems:
+                plan.problems.append(s.problem)
+            plan.lost.append(f"{s.size - s.valid} bytes of {s.path} from byte {s.valid} on (invalid)")
+            if s.valid == 0 and k > 0:  # nothing valid: removed (it would end the log below its base)
+                later, s = kept[k:], kept[k - 1]
+            else:
+                plan.cut = (s.path, s.valid)
+        elif not plan.problems:  # (a writer's refusal states it already)
+            plan.problems.append(
+                f"{s.path} ends at offset {s.end} and {later[0].path} starts at {later[0].base}: offsets "
+                f"{s.end}..{later[0].base - 1} are held by no segment"
+            )
+        if later:
+            n = sum(x.records for x in later)
+            plan.removals += [x.path for x in later]
+            plan.lost_records += n
+            lo, hi = min(x.base for x in later), max(x.end for x in later)
+            segments = "the segment" if len(later) == 1 else f"the {len(later)} segments"
+            plan.lost.append(
+                f"{n} records of {segments} after it (offsets {lo}..{hi - 1}): the log ends at offset "
+                f"{s.end}, where the damage is, as recovery after a crash would end it"
+            )
+        return kept[: kept.index(s) + 1]
+    return kept
+
+
+def _describe_segment(seg: LogSegment) -> _Segment:
+    """The segment's valid batches (Kafka recovery's checks: CRC, offsets increasing; not its
+    base offset, which may be wrong) and why the bytes after them are invalid."""
+    first: int | None = None
+    end, records, valid, prev = seg.base_offset, 0, 0, -1
+    problem = None
+    try:
+        for loc in seg.iter_batches(0):
+            h = loc.headers
+            crc_ok = B.verify_crcs(loc.data, relative_headers(h, loc.start))
+            prevs = np.concatenate([[prev], h.last_offset[:-1]])
+            bad = ~crc_ok | (h.last_offset < h.base_offset) | (h.base_offset <= prevs)
+            n = int(np.argmax(bad)) if bad.any() else len(h)
+            if n:
+                first = int(h.base_offset[0]) if first is None else first
+                prev = int(h.last_offset[n - 1])
+                end = prev + 1
+                records += int(h.records_count[:n].sum())
+                valid = int(h.position[n - 1] + h.size[n - 1])
+            if n < len(h):
+                why = (
+                    "its CRC does not match its bytes"
+                    if not crc_ok[n]
+                    else (
+                        f"its offsets {int(h.base_offset[n])}..{int(h.last_offset[n])} do not follow offset "
+                        f"{int(prevs[n])}"
+                    )
+                )
+                problem = f"{seg.log_path}: the batch at byte {int(h.position[n])} is invalid: {why}"
+                break
+    except CorruptRecordError as e:
+        problem = f"{seg.log_path}: byte {e.position}: {e.reason}"
+    if problem is None and valid < seg.size:
+        problem = (
+            f"{seg.log_path}: {seg.size - valid} bytes at byte {valid} are not a complete batch (the "
+            f"file ends at byte {seg.size})"
+        )
+    return _Segment(seg.log_path, seg.base_offset, first, end, records, seg.size, valid, problem)
 
 
 def _renamed(path: str, base: int) -> str:
@@ -381,8 +484,9 @@ def _renamed(path: str, base: int) -> str:
 
 
 def apply_repair(storage: Storage, plan: Repair) -> None:
-    """Carry out the file changes of ``plan`` (removals, then renames; the offset and time
-    indexes of renamed segments are removed, and rebuilt when the writer loads the log); the
+    """Carry out the file changes of ``plan`` (removals, then renames, then the cut; the offset
+    and time indexes of renamed and cut segments are removed, and rebuilt when the writer loads
+    the log); the
     caller changes the high watermark and the checkpoints.  Each step is atomic: a crash leaves
     a log that is damaged less, which ``pylog recover`` repairs again."""
     directory = partition_dir(plan.topic, plan.partition)
@@ -408,4 +512,9 @@ def apply_repair(storage: Storage, plan: Repair) -> None:
             if storage.exists(old + ".txnindex"):  # absolute offsets: still right
                 storage.rename(old + ".txnindex", new + ".txnindex")
             pending.remove((a, b))
+    if plan.cut is not None:  # its indexes are rebuilt when the writer loads the log
+        path, size = plan.cut
+        for ext in (".index", ".timeindex", ".txnindex"):
+            storage.delete(path[: -len(".log")] + ext)
+        storage.truncate(path, size)
     storage.fsync_dir(directory)
