@@ -23,6 +23,7 @@ import random
 import signal
 import time
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
@@ -150,10 +151,28 @@ def replay_last_plan(
 
 
 def writer_main(
-    work_dir: str, gen: int, seed: int, max_ops: int, url: str, options: dict[str, str] | None = None
+    work_dir: str,
+    gen: int,
+    seed: int,
+    max_ops: int,
+    url: str,
+    options: dict[str, str] | None = None,
+    acked: Connection | None = None,
 ) -> None:
-    """One writer process: recover, replay, then append and publish until killed."""
+    """One writer process: recover, replay, then append and publish until killed.  Once it has
+    acknowledged an append and a publish of its own, it says so on ``acked`` (when given)."""
     work = Path(work_dir)
+    done: set[str] = set()
+
+    def ack(kind: str, doc: dict[str, Any]) -> None:
+        nonlocal acked
+        _line(acks, doc)
+        done.add(kind)
+        if acked is not None and done == {"append", "publish"}:
+            acked.send_bytes(b"acked")
+            acked.close()
+            acked = None
+
     rng = random.Random(seed * 100_003 + gen)
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
     acks = os.open(work / "acks.jsonl", flags, 0o644)
@@ -178,7 +197,7 @@ def writer_main(
                     {"value": pa.array([v.encode() for v in vals]), "partition": pa.array(parts, pa.int32())}
                 ),
             )
-            _line(acks, {"kind": "append", "values": vals})
+            ack("append", {"kind": "append", "values": vals})
         elif r < 0.9:
             parts_map: dict[str, list[str]] = {}
             for p in range(PARTITIONS):
@@ -194,7 +213,7 @@ def writer_main(
             if out is None:
                 _line(acks, {"kind": "error", "error": f"first publish of batch {batch} skipped"})
                 raise SystemExit(3)
-            _line(acks, {"kind": "publish", "batch": batch})
+            ack("publish", {"kind": "publish", "batch": batch})
             batch += 1
         elif r < 0.95:
             root.flush()
@@ -223,6 +242,10 @@ class KillReport:
         return self.lost + self.duplicated + self.phantom + self.unordered + len(self.errors)
 
 
+ACK_DEADLINE_S = 120.0
+"""How long a writer that must acknowledge before its kill may take to (an error after that)."""
+
+
 def run_kills(
     work: Path,
     kills: int,
@@ -235,7 +258,13 @@ def run_kills(
     options: dict[str, str] | None = None,
 ) -> KillReport:
     """Run ``kills`` writer processes, each ``SIGKILL``-ed after a random time; then check.
-    The root is ``work/root``, or ``url`` (with fsspec ``options``)."""
+    The root is ``work/root``, or ``url`` (with fsspec ``options``).
+
+    The random time runs from the writer's start for every other writer (a kill may land in its
+    recovery and replay), and for the others from the moment the writer has acknowledged an
+    append and a publish of its own: so that acknowledged appends and planned batches are checked
+    however slow a loaded machine makes the writers' start (before, every writer could be killed
+    before its first acknowledgement: nothing was checked)."""
     url = url or str(work / "root")
     t0 = time.monotonic()
     work.mkdir(parents=True, exist_ok=True)
@@ -244,10 +273,16 @@ def run_kills(
     rng = random.Random(seed)
     report = KillReport()
     for gen in range(kills):
+        received, acked = ctx.Pipe(duplex=False) if gen % 2 == 0 else (None, None)
         proc = ctx.Process(
-            target=writer_main, args=(str(work), gen, seed, max_ops, url, options), daemon=True
+            target=writer_main, args=(str(work), gen, seed, max_ops, url, options, acked), daemon=True
         )
         proc.start()
+        if received is not None and acked is not None:
+            acked.close()  # (the writer's end: EOF here once it is gone)
+            if not wait([received, proc.sentinel], ACK_DEADLINE_S):
+                report.errors.append(f"writer {gen} acknowledged no append and publish in {ACK_DEADLINE_S} s")
+            received.close()
         proc.join(rng.uniform(min_s, max_s))
         if proc.exitcode is None:
             os.kill(proc.pid, signal.SIGKILL)  # type: ignore[arg-type]
