@@ -36,12 +36,20 @@ class CommittedOffsets:
         return out
 
     async def commit(self, group: str, offsets: Committed) -> None:
-        merged = dict(self.groups.get(group, {}))
-        merged.update(offsets)
-        await self.store.call(self._write, group, merged)
-        self.groups[group] = merged
+        await self.store.call(self._write, group, offsets)
 
-    def _write(self, group: str, committed: Committed) -> None:
+    async def settled(self) -> None:
+        """Return once the commits accepted before this call are written and in ``groups`` (the
+        storage thread runs its calls in order).  A connection's requests are handled
+        concurrently: a member's JoinGroup or LeaveGroup can complete a rebalance while the
+        OffsetCommit it sent first is being written, and the partitions' next owner must still
+        fetch that commit."""
+        await self.store.call(_nothing)
+
+    def _write(self, group: str, offsets: Committed) -> None:
+        # merged on the storage thread, which runs one call at a time: two members' concurrent
+        # commits to one group must not each start from the offsets before the other's
+        committed = {**self.groups.get(group, {}), **offsets}
         root = self.store.root
 
         def write() -> None:
@@ -52,3 +60,8 @@ class CommittedOffsets:
             consumers.write_consumer_offsets(root.storage, group, {tp: o for tp, (o, _) in committed.items()})
 
         root.transaction(write)
+        self.groups[group] = committed
+
+
+def _nothing() -> None:
+    pass

@@ -303,12 +303,15 @@ class Coordinator:
 
     def check_commit(self, group_id: str, member_id: str, generation: int) -> ErrorCode:
         """Whether an OffsetCommit may be applied: a commit outside the group protocol
-        (generation -1, no member id) always may; a member's only in its generation."""
+        (generation -1, no member id) always may; a member's only in its generation, and as in
+        Kafka also while a rebalance is prepared (a member commits what it processed before it
+        rejoins: its partitions' next owner starts there), not while the group awaits the
+        leader's assignment."""
         if generation < 0 and not member_id:
             return ErrorCode.none
         g = self.groups.get(group_id)
         err = self._member_error(g, member_id, generation)
-        if err == ErrorCode.none and g is not None and g.state == PREPARING:
+        if err == ErrorCode.none and g is not None and g.state == COMPLETING:
             return ErrorCode.rebalance_in_progress
         return err
 

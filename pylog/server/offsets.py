@@ -93,6 +93,7 @@ def _fetch_group(node: Node, mod: Any, group: str, topics: Any, names: tuple[str
 async def handle_offset_fetch(node: Node, req: Request) -> Any:
     mod = response_module(req)
     body = req.body
+    await node.committed.settled()
     if req.version >= 8:
         names = ("OffsetFetchResponseTopics", "OffsetFetchResponsePartitions", "")
         groups = tuple(
