@@ -42,8 +42,8 @@ def local_spark(app: str) -> Any:
     ``format("pylog")`` registered.
 
     Spark finds the ``pylog`` data source by itself in a regular install (the top-level module
-    ``pyspark_pylog``); an editable install (``pip install -e .``, what ``make`` does) hides that
-    module from Spark's scan, so it is registered explicitly here, which is harmless otherwise.
+    ``pyspark_pylog``), and in the venv ``make`` creates (``scripts/spark_discovery.py``); it is
+    registered explicitly here as well, which is harmless, for an editable install made by hand.
     Python workers must run this interpreter, which has pylog and pyarrow: ``PYSPARK_PYTHON``."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
