@@ -90,6 +90,12 @@ spark.stop()
 
 def test_spark_quickstart(tmp_path: Path) -> None:
     pytest.importorskip("pyspark")
+    scan = "import pkgutil; print([m.name for m in pkgutil.iter_modules() if m.name == 'pyspark_pylog'])"
+    seen = subprocess.run([sys.executable, "-c", scan], cwd="/", capture_output=True, text=True, timeout=60)
+    assert "pyspark_pylog" in seen.stdout, (
+        "Spark's module scan does not see pyspark_pylog outside the clone: run make (it runs "
+        f"scripts/spark_discovery.py for the editable install) {seen.stderr[-2000:]}"
+    )
     code = SPARK_PRELUDE + quickstart_blocks()[1] + SPARK_POSTLUDE
     out = _run(code, tmp_path, timeout=180)
     assert "read True" in out and "static 1" in out, out
