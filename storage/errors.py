@@ -2,7 +2,38 @@
 
 from __future__ import annotations
 
+import errno as _errno
 from typing import Any
+
+
+def open_files_limit() -> int | None:
+    """This process's soft limit of open files (``ulimit -n``), None where unknown."""
+    try:
+        import resource
+
+        return int(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    except (ImportError, OSError, ValueError):  # pragma: no cover - Windows
+        return None
+
+
+def too_many_open_files(err: BaseException) -> bool:
+    return isinstance(err, OSError) and err.errno in (_errno.EMFILE, _errno.ENFILE)
+
+
+def os_error_reason(err: OSError) -> str:
+    """What went wrong, for a message: EMFILE/ENFILE named as too many open files with the limit."""
+    if err.errno == _errno.EMFILE:
+        return f"too many open files (ulimit -n = {open_files_limit()}) (errno {err.errno})"
+    if err.errno == _errno.ENFILE:
+        return f"too many open files in the system (errno {err.errno})"
+    return f"{err.strerror or err} (errno {err.errno})"
+
+
+def os_error_fix(err: BaseException) -> str:
+    """How to fix the cause of an I/O failure, for a message."""
+    if too_many_open_files(err):
+        return "raise the limit of open files (ulimit -n) or close other files"
+    return "free space, check the disk"
 
 
 class PylogError(Exception):
@@ -179,6 +210,8 @@ class StorageIOError(StorageError, OSError):
         return (type(self), (self.errno, self.strerror, self.filename, self.doing))
 
     def __str__(self) -> str:
+        if self.errno in (_errno.EMFILE, _errno.ENFILE):
+            return f"{self.filename}: cannot {self.doing}: {os_error_reason(self)}"
         return f"{self.filename}: cannot {self.doing}: {self.strerror} (errno {self.errno})"
 
 

@@ -37,7 +37,7 @@ from typing import Any
 
 from pylog.storage.backends.fs import Storage, join
 from pylog.storage.config import LogConfig
-from pylog.storage.errors import StorageError
+from pylog.storage.errors import StorageError, os_error_fix, os_error_reason
 from pylog.storage.partition import segment_checks
 from pylog.storage.partition.listing import reader_segments
 from pylog.storage.partition.log import Log, now_ms
@@ -130,9 +130,9 @@ def load_log(
         where = e.filename if e.filename is not None else directory
         mode = "reading" if read_only else "loading and recovering"
         raise StorageError(
-            f"{where}: {e.strerror or e} (errno {e.errno}) while {mode} the log in {directory}; "
-            "nothing was truncated or deleted because of it: fix the cause (free space, check the "
-            "disk) and open it again"
+            f"{where}: {os_error_reason(e)} while {mode} the log in {directory}; "
+            f"nothing was truncated or deleted because of it: fix the cause ({os_error_fix(e)}) "
+            "and open it again"
         ) from e
 
 

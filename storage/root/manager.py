@@ -26,6 +26,7 @@ or an fsspec URL.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -33,7 +34,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from pylog.storage.backends.fs import Storage
+from pylog.storage.backends.fs import Storage, join
 from pylog.storage.backends.objectfs import ObjectStorage
 from pylog.storage.config import LogConfig, validate_topic_name
 from pylog.storage.errors import ConfigError, DamagedLogError, PylogError, ReadOnlyError, TopicExistsError
@@ -48,6 +49,8 @@ from pylog.storage.root.routing import Router
 from pylog.storage.root.schema import TABLE_SCHEMA
 from pylog.storage.root.txn import Transactions, mutation
 from pylog.storage.root.writer import CLEAN_SHUTDOWN
+
+_logger = logging.getLogger("pylog.storage")
 
 __all__ = ["CLEAN_SHUTDOWN", "TABLE_SCHEMA", "Root", "partition_dir"]
 
@@ -121,12 +124,42 @@ class Root(Transactions, TableReading):
         # writer creates missing directories), never a topic inferred from a partial set of
         # directories with default configs (crash-point campaign)
         self._meta.add_topic(name, partitions, cfg)
+        try:
+            for p in range(partitions):
+                self.storage.makedirs(partition_dir(name, p))
+            for p in range(partitions):
+                lg = self.log(name, p)
+                lg.high_watermark = self._state.high_watermarks[(name, p)] = lg.log_end_offset
+            pub.write_state(self.storage, self._state)
+        except BaseException:
+            # all or nothing: a failure (too many open files, a full disk) leaves no topic behind
+            # (on an object store, the transaction is rolled back instead)
+            if not isinstance(self.storage, ObjectStorage):
+                self._undo_create_topic(name, partitions)
+            raise
+
+    def _undo_create_topic(self, name: str, partitions: int) -> None:
+        """Remove what a failed :meth:`create_topic` made: its logs, directories, high
+        watermarks and metadata entry (best effort: the cause may still be there)."""
         for p in range(partitions):
-            self.storage.makedirs(partition_dir(name, p))
-        for p in range(partitions):
-            lg = self.log(name, p)
-            lg.high_watermark = self._state.high_watermarks[(name, p)] = lg.log_end_offset
-        pub.write_state(self.storage, self._state)
+            lg = self._logs.pop((name, p), None)
+            if lg is not None:
+                with contextlib.suppress(Exception):
+                    lg.close()
+            self._state.high_watermarks.pop((name, p), None)
+        try:
+            for p in range(partitions):
+                directory = partition_dir(name, p)
+                for f in self.storage.listdir(directory):
+                    self.storage.delete(join(directory, f))
+                if self.storage.isdir(directory):
+                    self.storage.rmdir(directory)
+            self._meta.remove_topic(name)
+            pub.write_state(self.storage, self._state)
+        except Exception as e:
+            _logger.warning(
+                "%s: could not remove the topic %r whose creation failed: %s", self.storage, name, e
+            )
 
     @mutation
     def add_partitions(self, topic: str, count: int) -> int:

@@ -135,6 +135,11 @@ class TopicMetadata:
         self._topics[name] = {"partitions": partitions, "config": explicit_configs(config)}
         self.save()
 
+    def remove_topic(self, name: str) -> None:
+        """Forget a topic whose creation failed (see :meth:`Root.create_topic`)."""
+        if self._topics.pop(name, None) is not None:
+            self.save()
+
     def set_partitions(self, topic: str, partitions: int) -> None:
         self.entry(topic)["partitions"] = partitions
         self.save()

@@ -47,6 +47,8 @@ from pylog.storage.errors import (
     LogLockedError,
     PylogError,
     StorageError,
+    os_error_fix,
+    os_error_reason,
 )
 from pylog.storage.partition import checkpoint as ckpt
 from pylog.storage.partition import layout
@@ -196,8 +198,8 @@ def _naming_io_errors(directory: str, doing: str) -> Iterator[None]:
     except OSError as e:
         where = e.filename if e.filename is not None else directory
         raise StorageError(
-            f"{where}: {e.strerror or e} (errno {e.errno}) while {doing} the log in {directory}; nothing "
-            "was truncated or deleted because of it: fix the cause (free space, check the disk) and "
+            f"{where}: {os_error_reason(e)} while {doing} the log in {directory}; nothing "
+            f"was truncated or deleted because of it: fix the cause ({os_error_fix(e)}) and "
             "open it again"
         ) from e
 
