@@ -298,6 +298,7 @@ class Published:
     snapshot: Snapshot
     due: list[str]  # garbage this commit dropped: delete it now
     rebased: int  # how often the change was re-based on other writers' commits
+    uploaded: list[tuple[str, bytes]]  # what this call uploaded that its commit names (a checkpoint)
 
 
 def _conflict(store: ObjectStore, n: int, why: str) -> CommitConflictError:
@@ -440,7 +441,8 @@ def publish(
                     step("hint-written")
                 except Exception as e:  # only a hint: readers find the checkpoint without it
                     log.warning("%s: could not write the checkpoint hint (%s)", store.url, e)
-            return Published(new, sorted(ch.garbage_delete) + due_now, rebased)
+            uploaded = [] if ckpt_key is None else [(ckpt_key, raw_ckpt)]
+            return Published(new, sorted(ch.garbage_delete) + due_now, rebased, uploaded)
         step("conflict")
         _drop(store, ckpt_key)
         if base.from_v1:

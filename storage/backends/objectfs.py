@@ -62,6 +62,8 @@ from pylog.storage.errors import CommitConflictError, StorageError, StorageIOErr
 
 log = logging.getLogger("pylog.storage")
 
+_UNREAD = object()
+
 _KAFKA_SEGMENT = re.compile(r"^[A-Za-z0-9._-]+-\d+/\d{20}\.log$")
 
 
@@ -93,6 +95,7 @@ class ObjectStorage(Storage):
         self.in_transaction = False
         self.kafka_dir = False
         self.uploads_aborted = 0
+        self._sweep_mark: Any = _UNREAD  # the sweep mark as read before this root's next uploads
         if load:  # without: an empty tree, for staging only (no request)
             self.refresh(trust_known_s)
 
@@ -216,6 +219,8 @@ class ObjectStorage(Storage):
         self.store.probe()
         token = uuid.uuid4().hex
         files, uploads = self._tree.changes(self.snapshot, token)
+        # a sweep that began before this reading of its mark never deletes what is uploaded next
+        mark = self._sweep_mark if self._sweep_mark is not _UNREAD else orphans.sweep_mark(self.store)
         self._step("before-upload")
         uploaded_at = time.monotonic()
         self.store.put_many(uploads)
@@ -260,12 +265,47 @@ class ObjectStorage(Storage):
                     self.store.delete([k for k, _ in uploads])
             raise
         self._confirmed_at = time.monotonic()
+        self._survive_sweeps(mark, uploads + done.uploaded)
         self.rebases += done.rebased
         self._reader.remember(uploads)
         self._load(done.snapshot, keep_deferred=True)
         self._run_deferred(done.due)
         self._step("committed")
         return True
+
+    def _survive_sweeps(self, mark: bytes | None, uploads: list[tuple[str, bytes]]) -> None:
+        """After our commit was created, before it is acknowledged: when a sweep began since the
+        sweep mark ``mark`` was read (before the uploads), it may have deleted them for orphans
+        (whatever our create took, whatever any clock did): upload them again, same keys and
+        bytes.  One GET; the uploads again only then (see :mod:`~pylog.storage.backends.orphans`)."""
+        if not uploads:
+            return
+        try:
+            now = orphans.sweep_mark(self.store)
+        except Exception as e:  # our commit is there: raising would make the operation run again
+            log.warning("%s: could not read the sweep mark (%s); uploading again", self.store.url, e)
+            self._sweep_mark, swept = _UNREAD, True
+        else:
+            self._sweep_mark = now  # read before this root's next uploads: good for its next commit
+            swept = now != mark  # (a sweep that begins after this reading resolves our commit)
+        if not swept:
+            return
+        log.warning(
+            "%s: an orphan sweep may have run while commit %d was in flight; uploading its %d objects again",
+            self.store.url,
+            self.snapshot.number + 1,
+            len(uploads),
+        )
+        try:
+            self.store.put_many(uploads)
+        except Exception as e:
+            log.error(
+                "%s: commit %d is published but uploading its objects again failed (%s); an orphan "
+                "sweep that ran meanwhile may have deleted some",
+                self.store.url,
+                self.snapshot.number + 1,
+                e,
+            )
 
     def _read_ref(self, ref: Ref) -> bytes:
         if ref.data is not None:

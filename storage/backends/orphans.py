@@ -4,7 +4,8 @@ Commits delete what they stop referencing themselves (a manifest's ``garbage``, 
 the sweep only has to find what no commit will ever delete: uploads of writers that crashed or
 lost a race before deleting them, and garbage whose deletion failed.  :func:`sweep_orphans`
 
-1. takes the current time, then lists every object under the root's prefix;
+1. overwrites the sweep mark (its time on the store is the sweep's "now", below), then lists
+   every object under the root's prefix;
 2. only then resolves the *newest* state (never the sweeping root's own snapshot, which may be
    older); if there is none it stops there, deleting and aborting nothing;
 3. deletes every listed object that is at least :func:`orphan_grace_s` old (by its modification
@@ -17,12 +18,25 @@ lost a race before deleting them, and garbage whose deletion failed.  :func:`swe
 4. on S3, aborts the multipart uploads under the prefix begun at least the grace ago (a writer
    that died in the middle of a large upload leaves an invisible, billed upload behind).
 
-The grace is ``max(pylog.file_delete_delay_ms, 1 h)``.  A commit in flight is safe from it on
-two counts.  The listing comes before the manifest is resolved, so an upload referenced by a
-manifest created in between counts as referenced.  And a commit whose uploads began more than
-half the grace before it creates its manifest deletes them and runs again (uploading under a new
-writer token), so the uploads of a manifest created after the sweep resolved the newest one
-were younger than the grace when listed, unless that create itself took more than half the grace.
+The grace is ``max(pylog.file_delete_delay_ms, 1 h)``, and an object's age is judged by the
+store's clock only: each sweep first overwrites the sweep mark (:data:`SWEEP_MARK`, a fresh token)
+and takes that object's modification time in its own listing as "now", so no host clock (one
+suspended, one set back or forward) and no stall of the sweeper makes an upload look older than it
+is.  A commit in flight is safe from a sweep on three counts:
+
+* the listing comes before the manifest is resolved, so an upload referenced by a commit created
+  in between counts as referenced, and the sweep resolves the newest state once more just before
+  it deletes (a commit created while it decided keeps its objects);
+* a commit whose uploads began more than half the grace before it creates its commit deletes them
+  and runs again (uploading under a new writer token);
+* and whatever its create took (a stalled request, a suspended host), a writer reads the sweep
+  mark after its create: if a sweep began since before its uploads (the mark changed), it uploads
+  its objects again (same keys, same bytes) before it acknowledges.  A sweep that began before
+  its uploads takes them for younger than itself and never deletes them.  One GET a commit that
+  uploads anything (:func:`sweep_mark`); the uploads again only when a sweep ran meanwhile.
+
+Left: a sweep that stalls, between its second resolution and its delete request, for longer than
+a writer's whole commit (create and re-upload) can still delete objects that commit names.
 
 Since the sweep deletes whatever no manifest refers to, a prefix must hold one pylog root and
 nothing else: :func:`check_empty_prefix` refuses a root's first commit anywhere else.
@@ -30,13 +44,22 @@ nothing else: :func:`check_empty_prefix` refuses a root's first commit anywhere 
 
 from __future__ import annotations
 
+import logging
 import time
+import uuid
 from collections.abc import Callable
 
 from pylog.storage.backends.manifest import DIRECT, MANIFESTS, is_upload_key, manifest_number
 from pylog.storage.backends.objectstore import PROBES, ObjectStore
 from pylog.storage.backends.snapshot import CHECKPOINTS, HINT, LOG, Snapshot, checkpoint_number, commit_number
 from pylog.storage.errors import StorageError
+
+log = logging.getLogger("pylog.storage")
+
+SWEEP_MARK = "_pylog/sweep"
+"""Overwritten with a fresh token by every sweep before it lists: its modification time is the
+sweep's "now" by the store's clock, and a writer that sees it change since before its uploads
+knows a sweep may have taken them (see the module doc)."""
 
 ORPHAN_GRACE_S = 3600.0
 """Unreferenced objects younger than this (or the delete delay, if longer) are never swept."""
@@ -47,18 +70,34 @@ def orphan_grace_s(store: ObjectStore) -> float:
     return max(store.file_delete_delay_ms / 1000.0, ORPHAN_GRACE_S)
 
 
+def sweep_mark(store: ObjectStore) -> bytes | None:
+    """The current sweep mark (None before the first sweep): one GET."""
+    try:
+        return store.get(SWEEP_MARK)
+    except FileNotFoundError:
+        return None
+
+
 def sweep_orphans(
     store: ObjectStore, newest: Callable[[], Snapshot | None], now_s: float | None = None
 ) -> tuple[int, int] | None:
     """Sweep ``store`` (see the module doc); ``newest`` resolves its newest state.  Returns
     how many objects were deleted and how many multipart uploads were aborted, or None when
-    there is no manifest (nothing is touched then)."""
-    now = time.time() if now_s is None else now_s
+    there is no manifest (nothing is touched then).  Ages are measured by the store's clock;
+    ``now_s`` ahead of this host's clock moves that clock forward by as much (how tests age
+    objects), never back, and a host clock ahead of the store's adds nothing."""
+    ahead = 0.0 if now_s is None else max(0.0, now_s - time.time())
     grace = orphan_grace_s(store)
+    store.put(SWEEP_MARK, uuid.uuid4().hex.encode())  # before the listing: see the module doc
     listing = store.list("")
     snap = newest()  # after the listing: what is committed meanwhile is referenced or too young
     if snap is None:
         return None
+    if SWEEP_MARK in listing:
+        now = listing[SWEEP_MARK][1] + ahead  # the store's clock when this sweep began
+    else:
+        log.warning("%s: the sweep mark is not in the listing; sweeping nothing this time", store.url)
+        return 0, 0
     referenced = snap.keys()
     doomed = []
     for key, (_, mtime, _) in listing.items():
@@ -67,6 +106,11 @@ def sweep_orphans(
         if key.startswith("_pylog/") and not _sweepable(key, snap):
             continue
         doomed.append(key)
+    if doomed:
+        again = newest()  # a commit created while this sweep decided keeps its objects
+        if again is not None and again is not snap:
+            referenced = again.keys()
+            doomed = [k for k in doomed if k not in referenced]
     store.delete(doomed)
     return len(doomed), store.abort_stale_uploads(grace, now)
 
@@ -93,7 +137,9 @@ def check_empty_prefix(store: ObjectStore) -> None:
     other = sorted(
         k
         for k in store.list("")
-        if not k.startswith((PROBES, DIRECT, CHECKPOINTS)) and k != HINT and not is_upload_key(k)
+        if not k.startswith((PROBES, DIRECT, CHECKPOINTS))
+        and k not in (HINT, SWEEP_MARK)
+        and not is_upload_key(k)
     )
     if other:
         raise StorageError(
@@ -103,4 +149,11 @@ def check_empty_prefix(store: ObjectStore) -> None:
         )
 
 
-__all__ = ["ORPHAN_GRACE_S", "check_empty_prefix", "orphan_grace_s", "sweep_orphans"]
+__all__ = [
+    "ORPHAN_GRACE_S",
+    "SWEEP_MARK",
+    "check_empty_prefix",
+    "orphan_grace_s",
+    "sweep_mark",
+    "sweep_orphans",
+]

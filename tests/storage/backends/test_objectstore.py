@@ -29,6 +29,7 @@ from pylog.storage.backends.objectstore import (
     ObjectStore,
     ObjectStoreError,
 )
+from pylog.storage.backends.orphans import SWEEP_MARK
 from pylog.storage.backends.snapshot import LOG, Snapshot, commit_key, commit_number
 from pylog.storage.errors import ConfigError, PylogError, StorageError
 from pylog.storage.maintenance.runner import maintain
@@ -323,6 +324,7 @@ def test_sweep_orphans_removes_only_unreferenced_objects_older_than_the_delay(s3
     assert root.sweep_orphans(now_ms() + store.file_delete_delay_ms + 1000) == 0  # in-flight grace
     later = now_ms() + int(root.storage.orphan_grace_s() * 1000) + 1000
     assert root.sweep_orphans(later) == len(orphans)
+    referenced.add(SWEEP_MARK)  # written by each sweep, never swept
     assert set(keys(s3_backend)) == referenced  # every referenced object is still there
     assert root.sweep_orphans(later + 86_400_000) == 0
     assert set(keys(s3_backend)) == referenced
