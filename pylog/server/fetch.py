@@ -18,7 +18,10 @@ send full fetch requests.  The cluster has one leader epoch, 0.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
+import functools
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,9 +29,13 @@ from kio.schema.errors import ErrorCode
 
 from pylog.server.context import Request, error_for, make, millis, response_module
 from pylog.server.node import Node
+from pylog.server.protocol import FileRange, Spliced, Splices
 from pylog.server.records import cut_below
+from pylog.storage.backends.local import LocalStorage
+from pylog.storage.codec._kernels_src import AT_LAST_DELTA
 from pylog.storage.errors import PylogError
 from pylog.storage.partition import transactions
+from pylog.storage.partition.log import Log
 
 READ_COMMITTED = 1
 EARLIEST, LATEST, MAX_TIMESTAMP, EARLIEST_LOCAL = -2, -1, -3, -4
@@ -42,7 +49,7 @@ class PartitionRead:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    records: bytes | memoryview = b""
+    records: bytes | memoryview | FileRange = b""
     aborted: tuple[tuple[int, int], ...] | None = None
 
 
@@ -84,8 +91,10 @@ def read_partitions(
             if offset >= bound or (budget <= 0 and any(len(o.records) for o in out)):
                 continue
             limit = max(1, min(part_max, budget))
-            _, data = lg.read(offset, limit, max_offset=bound)
-            data = cut_below(data, bound)
+            data = _file_range(lg, offset, limit, bound)
+            if data is None:
+                _, read = lg.read(offset, limit, max_offset=bound)
+                data = cut_below(read, bound)
             if len(data) and len(data) > limit and any(len(o.records) for o in out[:-1]):
                 continue  # only the first partition with data goes over the limits (KIP-74)
             r.records = data
@@ -99,6 +108,53 @@ def read_partitions(
             r.error = error_for(e)
             r.records = b""
     return out
+
+
+_BATCH_HEAD = struct.Struct(">q")
+_LAST_DELTA = struct.Struct(">i")
+
+
+def _file_range(lg: Log, offset: int, limit: int, bound: int) -> FileRange | memoryview | None:
+    """On local disk, the whole batches a fetch of ``offset`` returns as a range of their segment
+    file, sent with ``sendfile`` (as Kafka does): only the first batch is read, to find where the
+    range starts; it ends at the segment's end or at the batch the offset index places last
+    within ``limit`` bytes.  A range under ``SPLICE_MIN`` is read (its bytes).  None (read the
+    batches to cut them) wherever the cut would need them: the segment holds offsets at or above
+    ``bound`` (not acknowledged yet, or past the last stable offset), the first batch alone
+    exceeds ``limit`` (KIP-74), no index entry falls within the limit, or the entry does not
+    point at the batch it names."""
+    storage = lg.storage
+    if not isinstance(storage, LocalStorage):
+        return None
+    pos, first = lg.read(offset, 1, max_offset=bound)
+    if not len(first):
+        return None
+    segs = lg.segments
+    base = _BATCH_HEAD.unpack_from(first)[0]
+    i = bisect.bisect_right(segs, base, key=lambda seg: seg.base_offset) - 1
+    seg = segs[i]
+    if bound < (segs[i + 1].base_offset if i + 1 < len(segs) else lg.log_end_offset):
+        return None
+    end = seg.size
+    if pos + limit < end:
+        entry, end = seg.offset_index.lookup(_MAX_OFFSET, max_position=pos + limit + 1)
+        if end <= pos:
+            return None
+        head = storage.read(seg.log_path, end, end + AT_LAST_DELTA + 4)
+        if len(head) < AT_LAST_DELTA + 4 or (
+            _BATCH_HEAD.unpack_from(head)[0] + _LAST_DELTA.unpack_from(head, AT_LAST_DELTA)[0] != entry
+        ):
+            return None
+    if end - pos < SPLICE_MIN:
+        return first if end - pos == len(first) else memoryview(storage.read(seg.log_path, pos, end))
+    try:
+        file = open(storage.resolve(seg.log_path), "rb", buffering=0)  # noqa: SIM115 - sent, then closed
+    except OSError:
+        return None
+    return FileRange(file, pos, end - pos)
+
+
+_MAX_OFFSET = (1 << 63) - 1
 
 
 async def handle_fetch(node: Node, req: Request) -> Any:
@@ -121,17 +177,21 @@ async def handle_fetch(node: Node, req: Request) -> Any:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(0, millis(body.max_wait)) / 1000
     store = node.store
+    read = functools.partial(read_partitions, node, wanted, max_bytes, isolation)
+    reads: list[PartitionRead] | None = None
     while True:
-        waiter = store.waiter(keys)
+        waiter = store.waiter(keys, read)  # woken by a commit with what read() returned after it
         try:
-            reads = await store.call(read_partitions, node, wanted, max_bytes, isolation)
+            if reads is None:
+                reads = await store.call(read)
             total = sum(len(r.records) for r in reads)
             remaining = deadline - loop.time()
             errors = any(r.error != ErrorCode.none for r in reads)
             if total >= body.min_bytes or errors or remaining <= 0 or node.stopping.is_set():
                 break
+            reads = None
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(waiter), remaining)
+                reads = await asyncio.wait_for(asyncio.shield(waiter), remaining)
         finally:
             store.forget(waiter, keys)
     return _response(mod, reads)
@@ -169,8 +229,14 @@ def _unknown_topic_ids(mod: Any, body: Any) -> Any:
     )
 
 
+SPLICE_MIN = 16 << 10
+"""Records of at least this many bytes go out from the buffer they were read into, not copied
+into the encoded response (:class:`~pylog.server.protocol.Splices`)."""
+
+
 def _response(mod: Any, reads: list[PartitionRead]) -> Any:
     topics: dict[str, list[Any]] = {}
+    splices = Splices()
     for r in reads:
         aborted = None
         if r.aborted is not None:
@@ -188,10 +254,14 @@ def _response(mod: Any, reads: list[PartitionRead]) -> Any:
                 log_start_offset=r.log_start_offset,
                 aborted_transactions=aborted,
                 preferred_read_replica=-1,
-                records=bytes(r.records),
+                records=(
+                    splices.mark(r.records)
+                    if isinstance(r.records, FileRange) or len(r.records) >= SPLICE_MIN
+                    else bytes(r.records)
+                ),
             )
         )
-    return make(
+    body = make(
         mod,
         "FetchResponse",
         error_code=ErrorCode.none,
@@ -200,6 +270,7 @@ def _response(mod: Any, reads: list[PartitionRead]) -> Any:
             make(mod, "FetchableTopicResponse", topic=t, partitions=tuple(ps)) for t, ps in topics.items()
         ),
     )
+    return Spliced(body, splices) if splices.data else body
 
 
 # ---------------------------------------------------------------------------- ListOffsets

@@ -24,17 +24,18 @@ frames responses.
 from __future__ import annotations
 
 import io
+import os
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, BinaryIO
 
 from kio.index import load_payload_module
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
-from pylog.storage.errors import ProtocolError
+from pylog.storage.errors import ProtocolError, PylogError
 
 FRAME = struct.Struct(">i")
 """The size in front of every request and response."""
@@ -315,6 +316,98 @@ def _walk_item(item: _Item, frame: memoryview, pos: int, end: int) -> int:
         if pos > end:
             raise _Stop
     return pos
+
+
+@dataclass
+class FileRange:
+    """``count`` bytes of an open file from ``offset``: a part of a response frame that the broker
+    sends with ``sendfile`` (the kernel copies the file's cached pages to the socket; the bytes
+    never enter this process).  The file is open from the read on, so a segment deleted or
+    replaced after it was read is still sent as it was."""
+
+    file: BinaryIO
+    offset: int
+    count: int
+
+    def __len__(self) -> int:
+        return self.count
+
+    def close(self) -> None:
+        self.file.close()
+
+
+Part = bytes | memoryview | FileRange
+Frame = bytes | list[Part]
+"""A response frame as sent: its bytes, or its parts in order (a :class:`Spliced` response)."""
+
+
+class Splices:
+    """Large byte fields kept out of a response's encoding (a Fetch response's records): the
+    handler puts :meth:`mark`'s 16-byte placeholder in the field and returns a :class:`Spliced`;
+    the frame then goes out as the pieces of the encoded response around each placeholder and the
+    fields' own buffers, which are never copied into one (Kafka sends them with ``sendfile``)."""
+
+    def __init__(self) -> None:
+        self.token = os.urandom(12)
+        self.data: list[Part] = []
+
+    def mark(self, data: Part) -> bytes:
+        """The placeholder to put in the field that holds ``data``."""
+        self.data.append(data)
+        return self.token + _INDEX.pack(len(self.data) - 1)
+
+
+@dataclass(frozen=True)
+class Spliced:
+    """A response body whose ``bytes``/``records`` fields hold :class:`Splices` placeholders."""
+
+    body: Any
+    splices: Splices
+
+
+_INDEX = struct.Struct(">I")
+_LEGACY_BYTES = struct.Struct(">i")
+
+
+def _uvarint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def encode_frame(header: RequestHeader, body: Any) -> Frame:
+    """:func:`encode_response`, or for a :class:`Spliced` body the frame's parts: each
+    placeholder (and its length prefix) replaced by its field's buffer and length prefix."""
+    if not isinstance(body, Spliced):
+        return encode_response(header, body)
+    encoded = encode_response(header, body.body)
+    compact = flexible(header.api_key, header.api_version)
+    token, data = body.splices.token, body.splices.data
+    placeholder_prefix = _uvarint_bytes(17) if compact else _LEGACY_BYTES.pack(16)
+    parts: list[Part] = []
+    size = len(encoded) - FRAME.size
+    pos = FRAME.size
+    while True:
+        at = encoded.find(token, pos)
+        if at < 0:
+            break
+        head = at - len(placeholder_prefix)
+        (i,) = _INDEX.unpack_from(encoded, at + len(token))
+        if encoded[head:at] != placeholder_prefix or i >= len(data):
+            raise PylogError(f"a spliced {api_name(header.api_key)} response lost a placeholder")
+        field = data[i]
+        prefix = _uvarint_bytes(len(field) + 1) if compact else _LEGACY_BYTES.pack(len(field))
+        parts += [encoded[pos:head] + prefix, field]
+        size += len(prefix) + len(field) - (at + 16 - head)
+        pos = at + 16
+    parts.append(encoded[pos:])
+    first = parts[0]
+    assert isinstance(first, bytes)  # (the encoding's pieces are bytes, the fields come between)
+    parts[0] = FRAME.pack(size) + first
+    return parts
 
 
 def encode_response(header: RequestHeader, body: Any) -> bytes:

@@ -158,5 +158,5 @@ _WARM_UP_BATCH = bytes.fromhex(
 def warm_up() -> None:
     """Load the codec's compiled kernels (numba: up to a second or two when first used), so that
     the first produce and fetch requests do not wait for them."""
-    check_produced(_WARM_UP_BATCH, LogConfig.from_dict({}), "warm-up", 0)
+    check_produced(_WARM_UP_BATCH, LogConfig(), "warm-up", 0)
     cut_below(memoryview(_WARM_UP_BATCH), 1)

@@ -6,23 +6,29 @@ on one storage thread; the event loop never blocks on disk or object-store I/O. 
 requests queue their record sets; whenever the storage thread is free it takes *all* queued sets
 and appends them with one :meth:`Root.append_batches` (one fsync per log and one state write on
 local disk, one commit on an object store), so a hundred producers pay for one commit, not a
-hundred.  After each commit the fetches waiting on the partitions written are woken.
+hundred.  After each commit the fetches waiting on the partitions written are woken, with what
+they read right after the append, on the storage thread, before anything else runs there (a
+woken fetch that read afterwards would wait for the next commit, which starts at once).
 
 Maintenance runs as it does after a Spark sink's micro-batch: after a commit, retention and
 cleaning of the partitions written since the last run (at most every ``maintenance_interval_s``,
 within ``maintenance_budget_s``), and of every partition every
-``log.retention.check.interval.ms``.  It runs on the storage thread, between commits.
+``log.retention.check.interval.ms``.  It runs on the storage thread, between commits, after the
+commit before it was acknowledged.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
+
+import numpy as np
 
 from pylog.server.records import offsets_spanned
 from pylog.storage.errors import PylogError
@@ -56,6 +62,7 @@ class StoreStats:
     bytes_appended: int = 0
     maintenance_runs: int = 0
     commit_seconds: float = 0.0
+    maintenance_seconds: float = 0.0
     grouped: list[int] = field(default_factory=list)
 
 
@@ -74,8 +81,9 @@ class Store:
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pylog-storage")
         self._pending: list[PendingAppend] = []
         self._committing = False
-        self._waiters: dict[Key, set[asyncio.Future[None]]] = {}
-        self._any_waiters: set[asyncio.Future[None]] = set()
+        self._waiters: dict[Key, set[asyncio.Future[Any]]] = {}
+        self._any_waiters: set[asyncio.Future[Any]] = set()
+        self._reads: dict[asyncio.Future[Any], Callable[[], Any]] = {}
         self._dirty: set[Key] = set()
         self._last_maintenance = clock()
         self._last_full_maintenance = clock()
@@ -113,13 +121,30 @@ class Store:
         group, self._pending = self._pending, []
         self._committing = True
         loop = asyncio.get_running_loop()
-        fut = loop.run_in_executor(self._pool, self._commit, group)
+        # the reads of the fetches waiting on what this commit appends, done right after it
+        keys = {key for p in group for key in p.sets}
+        waiting = set(self._any_waiters).union(*(self._waiters.get(key, ()) for key in keys))
+        reads = {fut: self._reads[fut] for fut in waiting if fut in self._reads}
+        fut = loop.run_in_executor(self._pool, self._commit_and_read, group, reads)
         fut.add_done_callback(lambda f: self._committed(group, f))
 
-    def _committed(self, group: list[PendingAppend], fut: asyncio.Future[dict[Key, Any]]) -> None:
+    def _commit_and_read(
+        self, group: list[PendingAppend], reads: dict[asyncio.Future[Any], Callable[[], Any]]
+    ) -> tuple[dict[Key, list[AppendInfo | BaseException]], dict[asyncio.Future[Any], Any]]:
+        out = self._commit(group)
+        done = {}
+        for fut, read in reads.items():
+            with contextlib.suppress(Exception):  # (the fetch reads again itself, and answers it)
+                done[fut] = read()
+        return out, done
+
+    def _committed(self, group: list[PendingAppend], fut: asyncio.Future[Any]) -> None:
         self._committing = False
         exc = fut.exception()
-        results: dict[Key, Any] = {} if exc is not None else fut.result()
+        results: dict[Key, Any] = {}
+        read: dict[asyncio.Future[Any], Any] = {}
+        if exc is None:
+            results, read = fut.result()
         for p in group:
             if p.future.done():
                 continue
@@ -131,7 +156,9 @@ class Store:
                 out[key] = got if got is not None else PylogError("not appended")
             p.future.set_result(out)
         if exc is None:
-            self.wake([k for k in results])
+            self.wake([k for k in results], read)
+        if self._maintenance_due():  # after this commit's acknowledgements, before the next commit
+            asyncio.get_running_loop().run_in_executor(self._pool, self._maybe_maintain)
         self._kick()
 
     def _commit(self, group: list[PendingAppend]) -> dict[Key, list[AppendInfo | BaseException]]:
@@ -144,7 +171,7 @@ class Store:
             for key, data in p.sets.items():
                 if not isinstance(data, BaseException):
                     per_key.setdefault(key, []).append(data)
-        infos = self._append_or_reopen({k: b"".join(v) for k, v in per_key.items()}) if per_key else {}
+        infos = self._append_or_reopen({k: _joined(v) for k, v in per_key.items()}) if per_key else {}
         # each key's AppendInfo split back into the requests' sets, in request order
         split = {key: iter(_split_info(infos[key], parts)) for key, parts in per_key.items()}
         out: dict[Key, list[AppendInfo | BaseException]] = {}
@@ -161,10 +188,9 @@ class Store:
         self.stats.bytes_appended += sum(len(d) for parts in per_key.values() for d in parts)
         self.stats.commit_seconds += self._clock() - t0
         self._dirty.update(per_key)
-        self._maybe_maintain()
         return out
 
-    def _append_or_reopen(self, joined: dict[Key, bytes]) -> dict[Key, AppendInfo]:
+    def _append_or_reopen(self, joined: dict[Key, bytes | memoryview]) -> dict[Key, AppendInfo]:
         try:
             return self.root.append_batches(joined)
         except BaseException:
@@ -186,17 +212,22 @@ class Store:
 
     # ------------------------------------------------------------------ wake-ups
 
-    def waiter(self, keys: list[Key]) -> asyncio.Future[None]:
-        """A future set at the next commit that appends to one of ``keys`` (or any, if empty)."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    def waiter(self, keys: list[Key], read: Callable[[], Any] | None = None) -> asyncio.Future[Any]:
+        """A future set at the next commit that appends to one of ``keys`` (or any, if empty):
+        to what ``read()`` returned on the storage thread right after that commit, or None
+        (``read`` failed, or was not given, or the wake-up is not a commit's)."""
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if read is not None:
+            self._reads[fut] = read
         if not keys:
             self._any_waiters.add(fut)
         for key in keys:
             self._waiters.setdefault(key, set()).add(fut)
         return fut
 
-    def forget(self, fut: asyncio.Future[None], keys: list[Key]) -> None:
+    def forget(self, fut: asyncio.Future[Any], keys: list[Key]) -> None:
         self._any_waiters.discard(fut)
+        self._reads.pop(fut, None)
         for key in keys:
             s = self._waiters.get(key)
             if s is not None:
@@ -204,26 +235,35 @@ class Store:
                 if not s:
                     del self._waiters[key]
 
-    def wake(self, keys: list[Key], *, every: bool = False) -> None:
-        """Wake the fetches waiting on ``keys`` (``every``: all of them, at a stop)."""
-        woken: set[asyncio.Future[None]] = set(self._any_waiters)
+    def wake(
+        self, keys: list[Key], read: dict[asyncio.Future[Any], Any] | None = None, *, every: bool = False
+    ) -> None:
+        """Wake the fetches waiting on ``keys`` (``every``: all of them, at a stop), each with
+        what its read returned (``read``), if it was read."""
+        woken: set[asyncio.Future[Any]] = set(self._any_waiters)
         self._any_waiters.clear()
         if every:
             keys = list(self._waiters)
         for key in keys:
             woken |= self._waiters.pop(key, set())
         for fut in woken:
+            self._reads.pop(fut, None)
             if not fut.done():
-                fut.set_result(None)
+                fut.set_result(read.get(fut) if read else None)
 
     # ------------------------------------------------------------------ maintenance
 
+    def _full_maintenance_due(self) -> bool:
+        return (self._clock() - self._last_full_maintenance) * 1000 >= RETENTION_CHECK_INTERVAL_MS
+
+    def _maintenance_due(self) -> bool:
+        return self._full_maintenance_due() or (
+            bool(self._dirty) and self._clock() - self._last_maintenance >= self.maintenance_interval_s
+        )
+
     def _maybe_maintain(self) -> None:
-        now_s = self._clock()
-        full_due = (now_s - self._last_full_maintenance) * 1000 >= RETENTION_CHECK_INTERVAL_MS
-        if not full_due and (not self._dirty or now_s - self._last_maintenance < self.maintenance_interval_s):
-            return
-        self.maintain_now(full=full_due)
+        if self._maintenance_due():
+            self.maintain_now(full=self._full_maintenance_due())
 
     def maintain_now(self, *, full: bool = False) -> None:
         """On the storage thread: retention and cleaning of the partitions written since the last
@@ -244,6 +284,7 @@ class Store:
             log.warning("maintenance failed: %s", e)
             return
         self.stats.maintenance_runs += 1
+        self.stats.maintenance_seconds += self._clock() - self._last_maintenance
         if report.segments_deleted or report.cleaning:
             log.info("maintenance: %s", report.summary().replace("\n", "; "))
 
@@ -268,6 +309,14 @@ class Store:
         self._closed = True
         self._pool.submit(self.root.close).result()
         self._pool.shutdown(wait=True)
+
+
+def _joined(parts: list[bytes]) -> bytes | memoryview:
+    """One partition's record sets of several requests as one buffer (numpy's: not zeroed, and
+    huge pages when large; ``bytes.join`` page-faults a fresh allocation every commit)."""
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate([np.frombuffer(p, np.uint8) for p in parts]).data
 
 
 def _split_info(info: AppendInfo, parts: list[bytes]) -> list[AppendInfo]:

@@ -104,6 +104,8 @@ class IndexFile:
         self._loaded = False
         self._file_bytes = 0  # length of the file as last read or written
         self._appender: AppendFile | None = None
+        self._unsynced = False
+        """Whether the append handle changed the file since its last fsync (a fresh handle: maybe)."""
         self.validator: Callable[[], None] | None = None
         """Run once the file is loaded (set by the segment): raises CorruptIndexError for
         entries that do not fit the segment, and the index is then rejected."""
@@ -164,11 +166,13 @@ class IndexFile:
                     # a partial trailing entry (or bytes written behind our back): keep whole entries
                     appender.truncate(self._n * self.ENTRY_SIZE)
             self._appender = appender
+            self._unsynced = True
             self._file_bytes = appender.size()
         return self._appender
 
     def _write(self, entry: bytes) -> None:
         appender = self._open_appender()
+        self._unsynced = True
         with naming_os_errors(self.path):
             written = appender.write(entry)
             self._file_bytes = appender.size()
@@ -181,6 +185,7 @@ class IndexFile:
         size = n * self.ENTRY_SIZE
         with naming_os_errors(self.path):
             if self._appender is not None:
+                self._unsynced = True
                 self._appender.truncate(size)
             elif self._file_bytes != size and self.storage.exists(self.path):
                 self.storage.truncate(self.path, size)
@@ -203,10 +208,13 @@ class IndexFile:
         self.rejected = None
 
     def flush(self) -> None:
-        """fsync the file if it is open for appending."""
-        if self._appender is not None:
+        """fsync the file if it is open for appending and changed since its last fsync (an index
+        gains an entry every ``index.interval.bytes`` of log: most commits leave it as it was,
+        and the fsync of an unchanged file still costs a flush of the device's cache)."""
+        if self._appender is not None and self._unsynced:
             with naming_os_errors(self.path):
                 self._appender.fsync()
+            self._unsynced = False
 
     def close(self) -> None:
         """Close the append handle; the entries stay readable."""
