@@ -1,6 +1,6 @@
 """Object-store commit scaling: does a commit cost what it changes, whatever the root's history?
 
-    python bench/object_store_commits.py [--quick] [--partitions N] [--commits N]
+    python bench/object_store_commits.py [--quick] [--partitions N] [--commits N] [--every-partition]
     python bench/object_store_commits.py --writers SECONDS
 
 The server is moto's S3 server on 127.0.0.1, started here (no network, no credentials).
@@ -12,6 +12,11 @@ per window of commits (10-100 and 900-1000): the median latency of the append's 
 median and mean bytes it writes (PUT and create bodies; the mean includes the periodic
 checkpoints), and the LIST requests per commit; and the objects under the root as it grows.
 ``pylog.file_delete_delay_ms`` is 5 s here so that superseded objects are deleted within the run.
+
+``--every-partition``: issue #30's workload instead: each commit appends 4 records to *every*
+partition (one ``Root.append`` with an explicit partition per record), no maintenance in
+between, so segment objects accumulate (a partition's active segment is sealed past 4 KiB);
+reported per window (commits 11-30 and the last 30): the same figures, plus the objects.
 
 ``--writers SECONDS``: two writers append to two different topics of one root at full speed;
 reported: commits of each, commits re-based on the other's (cheap), operations run again after
@@ -32,6 +37,7 @@ import uuid
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 from object_store import BUCKET, filesystem
 from object_store import start_server as start_moto
 
@@ -156,6 +162,55 @@ def run_commits(opts: dict[str, str], partitions: int, commits: int) -> dict[str
     }
 
 
+def run_every_partition(opts: dict[str, str], partitions: int, commits: int) -> dict[str, Any]:
+    """Issue #30: 4 records to every partition per commit, no maintenance in between."""
+    url = f"s3://{BUCKET}/{uuid.uuid4().hex[:12]}"
+    root = pylog.open(url, opts)
+    root.create_topic("t", partitions=partitions)
+    st = storage_of(root)
+    counts = st.store.requests.counts
+    rows: list[dict[str, float]] = []
+    objects: dict[int, dict[str, int]] = {}
+    part = [p for p in range(partitions) for _ in range(4)]
+    keys = [b"k%d" % j for j in range(len(part))]
+    for i in range(commits):
+        values = [b"value-%d-%d-" % (i, j) + b"x" * 20 for j in range(len(part))]
+        counts.clear()
+        before = written()
+        t0 = time.perf_counter()
+        table = pa.table({"key": keys, "value": values, "partition": pa.array(part, pa.int32())})
+        root.append("t", table)
+        t1 = time.perf_counter()
+        rows.append(
+            {
+                "commit": i,
+                "commit_ms": (t1 - t0) * 1000,
+                "bytes": written() - before,
+                "lists": counts.get("list", 0),
+                "requests": sum(counts.values()),
+                "maintain_ms": 0.0,
+            }
+        )
+        if (i + 1) % 100 == 0 or i + 1 == commits:
+            objects[i + 1] = object_count(url, opts)
+    root.close()
+    early = window(rows, 10, 30)
+    late = window(rows, commits - 30, commits)
+    with pylog.open(url, opts, read_only=True) as r:
+        total = r.read_table("t").num_rows
+    assert total == 4 * partitions * commits, total
+    return {
+        "mode": "every-partition",
+        "partitions": partitions,
+        "commits": commits,
+        "early": early,
+        "late": late,
+        "latency_ratio": round(late["median_commit_ms"] / early["median_commit_ms"], 3),
+        "bytes_ratio": round(late["mean_bytes"] / max(1, early["mean_bytes"]), 3),
+        "objects": objects,
+    }
+
+
 def run_writers(opts: dict[str, str], seconds: float) -> dict[str, Any]:
     url = f"s3://{BUCKET}/{uuid.uuid4().hex[:12]}"
     with pylog.open(url, opts) as setup:
@@ -203,6 +258,11 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=256)
     ap.add_argument("--commits", type=int, default=1000)
     ap.add_argument(
+        "--every-partition",
+        action="store_true",
+        help="issue #30: 4 records to every partition per commit, no maintenance",
+    )
+    ap.add_argument(
         "--writers", type=float, default=0.0, help="run the two-writer test for this many seconds"
     )
     args = ap.parse_args()
@@ -219,8 +279,12 @@ def main() -> None:
             print(f"every record exactly once: {res['exactly_once']}")
         else:
             partitions, commits = (64, 200) if args.quick else (args.partitions, args.commits)
-            res = run_commits(opts, partitions, commits)
-            print(f"{partitions} partitions, {commits} commits of 8 records (+ maintenance)")
+            if args.every_partition:
+                res = run_every_partition(opts, partitions, commits)
+                print(f"{partitions} partitions, {commits} commits of 4 records to every partition")
+            else:
+                res = run_commits(opts, partitions, commits)
+                print(f"{partitions} partitions, {commits} commits of 8 records (+ maintenance)")
             print(
                 f"{'window':<14}{'commit ms':>10}{'bytes med':>11}{'bytes mean':>11}"
                 f"{'LIST/commit':>12}{'req/commit':>11}"

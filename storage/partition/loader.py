@@ -30,6 +30,7 @@ its checks.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from dataclasses import dataclass, field
@@ -86,7 +87,10 @@ class LoadResult:
     recovery: Recovery
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _parse(name: str) -> tuple[int, str, str] | None:
+    """(base offset, kind, suffix) of a segment file name; None for other names.  Cached: a
+    log is opened at every transaction on an object store, listing the same names again."""
     m = _SEGMENT_FILE.match(name)
     return (int(m.group(1)), m.group(2), m.group(3)) if m else None
 

@@ -1,0 +1,117 @@
+"""Issue #30: a commit on an object store costs what it changes, whatever the root's history.
+
+Appends of 4 records to every partition, no maintenance in between (segment objects pile up):
+the requests and the bytes of a commit are counted, not timed, early and late in the run.  What
+still grows (every transaction reopens the logs it touches, and opening one costs a step per
+segment) is pinned by a strict xfail, to be turned into a plain test when it is fixed."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from pylog.storage.backends.objectfs import ObjectStorage
+from pylog.storage.backends.objectstore import ObjectStore
+from pylog.storage.backends.snapshot import LOG
+from pylog.storage.partition import segment
+from pylog.storage.root.manager import Root
+from tests.conftest import Backend
+
+PARTITIONS = 6
+COMMITS = 90
+EARLY = range(5, 20)
+LATE = range(COMMITS - 15, COMMITS)
+
+
+def _storage(root: Root) -> ObjectStorage:
+    assert isinstance(root.storage, ObjectStorage)
+    return root.storage
+
+
+def _table(i: int) -> pa.Table:
+    part = [p for p in range(PARTITIONS) for _ in range(4)]
+    return pa.table(
+        {
+            "key": [b"k%d" % j for j in range(len(part))],
+            "value": [b"v-%05d-%03d-" % (i, j) + b"x" * 60 for j in range(len(part))],
+            "partition": pa.array(part, pa.int32()),
+        }
+    )
+
+
+def _run(root: Root, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """Per commit: its requests by kind, the bytes of its commit document, the segments opened."""
+    commit_bytes: list[int] = []
+    segments = [0]
+    create_once = ObjectStore._create_once
+
+    def create(self: ObjectStore, key: str, data: bytes) -> Any:
+        if key.startswith(LOG):
+            commit_bytes.append(len(data))
+        return create_once(self, key, data)
+
+    init = segment.LogSegment.__init__
+
+    def counted_init(self: segment.LogSegment, *args: Any, **kwargs: Any) -> None:
+        segments[0] += 1
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(ObjectStore, "_create_once", create)
+    monkeypatch.setattr(segment.LogSegment, "__init__", counted_init)
+    counts = _storage(root).store.requests.counts
+    for i in range(COMMITS):
+        counts.clear()
+        commit_bytes.clear()
+        segments[0] = 0
+        root.append("t", _table(i))
+        yield {
+            "requests": dict(counts),
+            "commit_bytes": sum(commit_bytes),
+            "segments_opened": segments[0],
+        }
+
+
+@pytest.fixture
+def rows(s3_backend: Backend, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    root = s3_backend.open()
+    root.create_topic("t", partitions=PARTITIONS)
+    out = list(_run(root, monkeypatch))
+    sealed = {k for k in _storage(root).snapshot.files if k.endswith(".log") and k.startswith("t-")}
+    assert len(sealed) >= 4 * PARTITIONS  # segment objects did pile up (the point of the test)
+    root.close()
+    with s3_backend.open(read_only=True) as r:
+        assert r.read_table("t").num_rows == 4 * PARTITIONS * COMMITS
+    return out
+
+
+def _median(rows: list[dict[str, Any]], window: range, f: Any) -> float:
+    return statistics.median(f(rows[i]) for i in window)
+
+
+def test_requests_and_commit_bytes_do_not_grow_with_the_history(rows: list[dict[str, Any]]) -> None:
+    assert all(r["requests"].get("list", 0) == 0 for r in rows[1:])
+    for kind in ("get", "create"):
+        early = max(rows[i]["requests"].get(kind, 0) for i in EARLY)
+        late = max(rows[i]["requests"].get(kind, 0) for i in LATE)
+        assert late <= early, (kind, early, late)
+    # all requests (the puts are the segments sealed meanwhile, and the checkpoints): the same
+    total = lambda r: sum(r["requests"].values())  # noqa: E731
+    assert _median(rows, LATE, total) <= _median(rows, EARLY, total)
+    early_bytes = _median(rows, EARLY, lambda r: r["commit_bytes"])
+    late_bytes = _median(rows, LATE, lambda r: r["commit_bytes"])
+    assert late_bytes <= 1.1 * early_bytes, (early_bytes, late_bytes)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue #30: every transaction reopens the logs it touches (Root._logs is cleared at each "
+    "commit), and opening a log builds a LogSegment per segment: O(segments) per commit",
+)
+def test_segments_opened_per_commit_do_not_grow(rows: list[dict[str, Any]]) -> None:
+    early = _median(rows, EARLY, lambda r: r["segments_opened"])
+    late = _median(rows, LATE, lambda r: r["segments_opened"])
+    assert late <= early + PARTITIONS, (early, late)
