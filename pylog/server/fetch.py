@@ -164,8 +164,6 @@ async def handle_fetch(node: Node, req: Request) -> Any:
         return make(
             mod, "FetchResponse", error_code=ErrorCode.fetch_session_id_not_found, session_id=0, responses=()
         )
-    if req.version >= 13:  # topics by id (KIP-516); Metadata gives none (zero ids): all unknown
-        return _unknown_topic_ids(mod, body)
     wanted = [
         (t.topic, int(p.partition), int(p.fetch_offset), int(p.partition_max_bytes))
         for t in body.topics
@@ -195,38 +193,6 @@ async def handle_fetch(node: Node, req: Request) -> Any:
         finally:
             store.forget(waiter, keys)
     return _response(mod, reads)
-
-
-def _unknown_topic_ids(mod: Any, body: Any) -> Any:
-    return make(
-        mod,
-        "FetchResponse",
-        error_code=ErrorCode.none,
-        session_id=0,
-        responses=tuple(
-            make(
-                mod,
-                "FetchableTopicResponse",
-                topic_id=t.topic_id,
-                partitions=tuple(
-                    make(
-                        mod,
-                        "PartitionData",
-                        partition_index=p.partition,
-                        error_code=ErrorCode.unknown_topic_id,
-                        high_watermark=-1,
-                        last_stable_offset=-1,
-                        log_start_offset=-1,
-                        aborted_transactions=None,
-                        preferred_read_replica=-1,
-                        records=b"",
-                    )
-                    for p in t.partitions
-                ),
-            )
-            for t in body.topics
-        ),
-    )
 
 
 SPLICE_MIN = 16 << 10
