@@ -1,9 +1,12 @@
 """``pylog serve``: one process that is a single-node Kafka cluster for one root.
 
 Node 0 leads every partition and coordinates every group.  The network side is one asyncio
-event loop: each connection reads frames as they come and hands each request to its handler
-as a task, so a producer's pipelined requests reach the group commit together; responses are
-written in the order the requests arrived, as Kafka requires.  Every storage call runs on the
+event loop.  A connection's requests run one at a time, in the order they arrived, as on a
+Kafka broker (which reads a connection's next request once it answered the last): a commit, a
+join and an offset fetch of one consumer happen in its order.  The one exception is a run of
+Produce requests: each is queued for the group commit as soon as it is read, so a producer's
+pipelined requests share commits; a request of another kind waits until they are answered.
+Responses are written in the order the requests arrived.  Every storage call runs on the
 store's one thread (:mod:`~pylog.server.store`), so the loop never blocks on a disk or an
 object store.
 
@@ -67,6 +70,9 @@ HANDLERS: dict[int, Handler] = {
 
 STOP_TIMEOUT_S = 30.0
 """How long a stop waits for the connections to answer what they read."""
+
+PRODUCE = 0
+"""The API key of Produce: the one request that may run before the ones read ahead of it end."""
 
 MAX_IN_FLIGHT = 64
 """Requests of one connection read ahead of their responses (Kafka clients send at most 5)."""
@@ -160,11 +166,18 @@ class Broker(Node):
         host = str(peer[0]) if peer else "unknown"
         queue: asyncio.Queue[asyncio.Task[Frame | None] | None] = asyncio.Queue(MAX_IN_FLIGHT)
         sender = asyncio.create_task(self._send(queue, writer))
+        in_flight: dict[asyncio.Task[Frame | None], bool] = {}  # task -> is a Produce
         try:
             assert isinstance(reader, FrameReader)
             while not self.stopping.is_set():
                 frame = await reader.read_frame()
-                await queue.put(self._dispatch(frame, host))
+                produce = len(frame) >= 2 and frame[0] == 0 and frame[1] == PRODUCE
+                if in_flight and not (produce and all(in_flight.values())):
+                    await asyncio.wait(list(in_flight))  # requests run one at a time (see above)
+                task = self._dispatch(frame, host)
+                in_flight[task] = produce
+                task.add_done_callback(lambda t: in_flight.pop(t, None))
+                await queue.put(task)
                 if sender.done():
                     break
         except ProtocolError as e:
