@@ -289,12 +289,14 @@ class Store:
             log.info("maintenance: %s", report.summary().replace("\n", "; "))
 
     async def periodic(self) -> None:
-        """Maintenance of every partition every ``log.retention.check.interval.ms`` even when
-        nothing is produced (retention by time)."""
+        """Maintenance when no commit comes to run it: of the partitions written since the last
+        run once ``maintenance_interval_s`` passed (producers that went quiet right after a
+        commit), and of every partition every ``log.retention.check.interval.ms`` (retention by
+        time)."""
         while not self._closed:
-            await asyncio.sleep(min(RETENTION_CHECK_INTERVAL_MS / 1000, 60.0))
-            if (self._clock() - self._last_full_maintenance) * 1000 >= RETENTION_CHECK_INTERVAL_MS:
-                await self.call(self.maintain_now, True)
+            await asyncio.sleep(self.maintenance_interval_s)
+            if not self._committing and self._maintenance_due():
+                await self.call(self._maybe_maintain)
 
     # ------------------------------------------------------------------ shutdown
 
