@@ -84,6 +84,9 @@ def serve_command(parser: argparse.ArgumentParser) -> Runner:
         logger = logging.getLogger("pylog")
         logger.addHandler(handler)
         logger.setLevel(args.log_level.upper())
+        from pylog.storage.backends import local
+
+        local.LOCK_HOLDER = f"pylog serve on {args.host}:{args.port}"
         root = open_args_root(args, read_only=False, create=True)
         broker = Broker(
             root,

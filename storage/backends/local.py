@@ -567,12 +567,30 @@ class LocalStorage(Storage):
                 except BlockingIOError as e:
                     raise LogLockedError(
                         f"{target}: another process holds the writer lock of this pylog root"
+                        f"{_holder(fd)}"
                     ) from e
             os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
+            os.write(fd, f"{os.getpid()} {LOCK_HOLDER}".strip().encode() + b"\n")
             yield
         finally:
             os.close(fd)  # closing releases the flock
+
+
+LOCK_HOLDER = ""
+"""What this process is, written into the writer lock after its pid (``pylog serve`` sets it), so
+that a writer refused the lock is told who holds it.  Never an argument list: command lines
+may carry credentials."""
+
+
+def _holder(fd: int) -> str:
+    """`` (process PID: WHAT)`` from a lock file's content, or nothing if it cannot be read."""
+    try:
+        pid, _, what = os.pread(fd, 200, 0).decode("utf-8", "replace").strip().partition(" ")
+    except OSError:
+        return ""
+    if not pid.isdigit():
+        return ""
+    return f" (process {pid}: {what})" if what else f" (process {pid})"
 
 
 def _lock_error(e: OSError, target: Path) -> StorageIOError:
