@@ -174,10 +174,10 @@ class Broker(Node):
                 produce = len(frame) >= 2 and frame[0] == 0 and frame[1] == PRODUCE
                 if in_flight and not (produce and all(in_flight.values())):
                     await asyncio.wait(list(in_flight))  # requests run one at a time (see above)
-                task = self._dispatch(frame, host)
-                in_flight[task] = produce
-                task.add_done_callback(lambda t: in_flight.pop(t, None))
-                await queue.put(task)
+                request = self._dispatch(frame, host)
+                in_flight[request] = produce
+                request.add_done_callback(lambda t: in_flight.pop(t, None))
+                await queue.put(request)
                 if sender.done():
                     break
         except ProtocolError as e:

@@ -108,17 +108,19 @@ def topic_metadata(node: Node, mod: Any, name: str) -> Any:
 async def handle_metadata(node: Node, req: Request) -> Any:
     mod = response_module(req)
     wanted = req.body.topics
-    if wanted is None or (req.version == 0 and not wanted):  # v0: an empty list means all
-        names = node.root.topics()
-    else:
-        names = [t.name for t in wanted if t.name is not None]
+    every = wanted is None or (req.version == 0 and not wanted)  # v0: an empty list means all
+
+    def topics() -> tuple[Any, ...]:  # on the storage thread, which changes the topics
+        names = node.root.topics() if every else [t.name for t in wanted if t.name is not None]
+        return tuple(topic_metadata(node, mod, n) for n in names)
+
     return make(
         mod,
         "MetadataResponse",
         brokers=(_broker_entry(node, mod, "MetadataResponseBroker"),),
         cluster_id=node.cluster_id,
         controller_id=node.node_id,
-        topics=tuple(topic_metadata(node, mod, n) for n in names),
+        topics=await node.store.call(topics),
     )
 
 

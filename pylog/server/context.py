@@ -22,6 +22,7 @@ from pylog.storage.errors import (
     StorageError,
     UnknownTopicError,
 )
+from pylog.storage.root.manager import Root
 
 NO_THROTTLE = dt.timedelta(0)
 
@@ -82,3 +83,12 @@ def error_for(exc: BaseException) -> ErrorCode:
     if isinstance(exc, PylogError):
         return ErrorCode.unknown_server_error
     return ErrorCode.unknown_server_error
+
+
+def partitions_of(root: Root, topic: str) -> int:
+    """The partitions of ``topic``, 0 if there is no such topic (one lookup of the topics' map,
+    safe beside the storage thread that changes it; ``root.topics()`` iterates it)."""
+    try:
+        return root.partitions(topic)
+    except UnknownTopicError:
+        return 0

@@ -7,7 +7,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from pylog.server.context import Request, error_for, make, response_module
+from pylog.server.context import Request, error_for, make, partitions_of, response_module
 from pylog.server.node import Node
 from pylog.server.store import Key
 
@@ -25,7 +25,7 @@ async def handle_offset_commit(node: Node, req: Request) -> Any:
             key = (t.name, int(p.partition_index))
             if group_error != ErrorCode.none:
                 codes[key] = group_error
-            elif t.name not in root.topics() or not 0 <= key[1] < root.partitions(t.name):
+            elif not 0 <= key[1] < partitions_of(root, t.name):
                 codes[key] = ErrorCode.unknown_topic_or_partition
             else:
                 codes[key] = ErrorCode.none

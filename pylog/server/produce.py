@@ -16,7 +16,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from pylog.server.context import Request, error_for, make, response_module
+from pylog.server.context import Request, error_for, make, partitions_of, response_module
 from pylog.server.node import Node
 from pylog.server.store import Key
 from pylog.storage.errors import DuplicateBatchError, RecordSetError
@@ -35,7 +35,7 @@ async def handle_produce(node: Node, req: Request) -> Any:
     sets: dict[Key, Any] = {}
     refused: dict[Key, tuple[ErrorCode, str | None]] = {}
     for topic in body.topic_data:
-        parts = root.partitions(topic.name) if topic.name in root.topics() else 0
+        parts = partitions_of(root, topic.name)
         for pd in topic.partition_data:
             key = (topic.name, int(pd.index))
             if body.transactional_id is not None:

@@ -121,16 +121,10 @@ def _skip_tagged_fields(frame: memoryview, pos: int) -> int:
 
 
 def _read_uvarint(frame: memoryview, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(frame) or shift > 28:
-            raise ProtocolError("bad unsigned varint in the request header")
-        b = frame[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
+    try:
+        return _uvarint(frame, pos, len(frame))
+    except _Stop:
+        raise ProtocolError("bad unsigned varint in the request header") from None
 
 
 def read_header(frame: memoryview) -> RequestHeader:
