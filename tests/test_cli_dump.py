@@ -114,6 +114,10 @@ def test_registry_builds_one_function_per_command() -> None:
         "produce",
         "consume",
         "recover",
+        "list-topics",
+        "alter-config",
+        "add-partitions",
+        "list-groups",
         "serve",
     ]
     with pytest.raises(ValueError, match="registered twice"):

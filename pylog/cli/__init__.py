@@ -6,6 +6,8 @@ imported here in the order ``pylog --help`` lists them:
 * :mod:`~pylog.cli.inspection_commands` — ``dump``, ``describe``, ``verify`` (read only)
 * :mod:`~pylog.cli.maintenance_commands` — ``compact``, ``retain``
 * :mod:`~pylog.cli.data_commands` — ``create-topic``, ``produce``, ``consume``, ``recover``
+* :mod:`~pylog.cli.admin_commands` — ``list-topics``, ``alter-config``, ``add-partitions``,
+  ``list-groups`` (what Kafka's operator tools do)
 * :mod:`~pylog.cli.serve_command` — ``serve`` (Kafka's protocol, :mod:`pylog.server`)
 
 Adding a subcommand is one more function decorated with :func:`~pylog.cli.registry.command`
@@ -26,6 +28,7 @@ from pylog.cli.registry import COMMANDS, Command, Runner, command
 from pylog.cli import inspection_commands  # noqa: F401
 from pylog.cli import maintenance_commands  # noqa: F401
 from pylog.cli import data_commands  # noqa: F401
+from pylog.cli import admin_commands  # noqa: F401
 from pylog.cli import serve_command  # noqa: F401
 
 # isort: on

@@ -26,12 +26,21 @@ from typing import Any, TextIO, TypedDict
 import numpy as np
 import pyarrow as pa
 
-from pylog.cli.registry import Runner, add_root_argument, command, fail, non_negative_int, open_args_root
+from pylog.cli.registry import (
+    Runner,
+    add_root_argument,
+    command,
+    config_pair,
+    fail,
+    non_negative_int,
+    open_args_root,
+    partition_count_arg,
+)
 from pylog.storage.codec.columns import RECORD_TIMESTAMP_RANGE
 from pylog.storage.codec.records import HEADER_TYPE
 from pylog.storage.errors import ConfigError, OffsetOutOfRangeError, PylogError
 from pylog.storage.root.manager import Root
-from pylog.storage.root.metadata import MAX_PARTITIONS, partition_count_problem
+from pylog.storage.root.metadata import MAX_PARTITIONS
 
 FORMATS = ("jsonl", "kv", "value")
 
@@ -50,40 +59,20 @@ class InputRecord(TypedDict, total=False):
 # ============================================================================ create-topic
 
 
-def _config_pair(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (a Kafka topic config), got {text!r}")
-    return key.strip(), value.strip()
-
-
-def _partition_count(text: str) -> int:
-    """An ``argparse`` type: a partition count in [1, MAX_PARTITIONS], refused before the root is
-    opened (nothing is written)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    problem = partition_count_problem(value, "the partition count")
-    if problem is not None:
-        raise argparse.ArgumentTypeError(problem)
-    return value
-
-
 @command("create-topic", "create a topic with partitions and Kafka topic configs")
 def create_topic_command(parser: argparse.ArgumentParser) -> Runner:
     add_root_argument(parser, "the pylog root directory (created if missing)")
     parser.add_argument("topic", help="topic name: [a-zA-Z0-9._-], at most 249 characters")
     parser.add_argument(
         "--partitions",
-        type=_partition_count,
+        type=partition_count_arg,
         default=1,
         help=f"number of partitions, 1..{MAX_PARTITIONS} (default 1)",
     )
     parser.add_argument(
         "--config",
         action="append",
-        type=_config_pair,
+        type=config_pair,
         default=[],
         metavar="KEY=VALUE",
         help="a Kafka topic config, e.g. cleanup.policy=compact (repeatable)",

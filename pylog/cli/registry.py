@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pylog.storage.backends.objectstore import is_object_url
 from pylog.storage.errors import ConfigError, PylogError, StorageError
 from pylog.storage.root.manager import Root
+from pylog.storage.root.metadata import partition_count_problem
 from pylog.storage.root.opening import open_root
 
 Runner = Callable[[argparse.Namespace], int]
@@ -164,4 +165,25 @@ def non_negative_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
     if not 0 <= value <= 2**31 - 1:
         raise argparse.ArgumentTypeError(f"expected an integer in [0, 2147483647], got {value}")
+    return value
+
+
+def config_pair(text: str) -> tuple[str, str]:
+    """An ``argparse`` type: ``KEY=VALUE``, a Kafka topic config."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (a Kafka topic config), got {text!r}")
+    return key.strip(), value.strip()
+
+
+def partition_count_arg(text: str) -> int:
+    """An ``argparse`` type: a partition count in [1, MAX_PARTITIONS], refused before the root is
+    opened (nothing is written)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    problem = partition_count_problem(value, "the partition count")
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
     return value
