@@ -18,6 +18,7 @@ from kio.schema.errors import ErrorCode
 from pylog.server import protocol
 from pylog.server.context import Request, error_for, make, response_module
 from pylog.server.node import Node
+from pylog.storage.config import LogConfig, validate_topic_name
 from pylog.storage.errors import (
     ConfigError,
     PylogError,
@@ -176,21 +177,20 @@ def _create_one(node: Node, topic: Any, validate_only: bool) -> tuple[ErrorCode,
         return ErrorCode.invalid_partitions, f"{partitions} partitions: must be at least 1", partitions
     configs = {c.name: c.value for c in topic.configs if c.value is not None}
     try:
+        validate_topic_name(topic.name)
+    except ConfigError as e:
+        return ErrorCode.invalid_topic_exception, str(e), partitions
+    try:
         if topic.name in root.topics():
             raise TopicExistsError(f"topic {topic.name!r} already exists")
         if validate_only:
-            from pylog.storage.config import LogConfig, validate_topic_name
-
-            validate_topic_name(topic.name)
             LogConfig.from_dict(configs)
         else:
             root.create_topic(topic.name, partitions, configs)
     except TopicExistsError as e:
         return ErrorCode.topic_already_exists, str(e), partitions
     except ConfigError as e:
-        bad_name = "topic name" in str(e) or "topic" in str(e).split(":")[0]
-        code = ErrorCode.invalid_topic_exception if bad_name and not configs else ErrorCode.invalid_config
-        return code, str(e), partitions
+        return ErrorCode.invalid_config, str(e), partitions
     except PylogError as e:
         return error_for(e), str(e), partitions
     return ErrorCode.none, None, partitions

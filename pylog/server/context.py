@@ -53,10 +53,6 @@ def make(module: Any, cls_name: str, /, **values: Any) -> Any:
     return cls(**{k: v for k, v in values.items() if k in names})
 
 
-def error(code: int) -> ErrorCode:
-    return ErrorCode(code)
-
-
 def response_module(req: Request) -> Any:
     return protocol.response_module(req.header.api_key, req.header.api_version)
 

@@ -417,8 +417,3 @@ def encode_response(header: RequestHeader, body: Any) -> bytes:
     FRAME.pack_into(data, 0, len(data) - 4)
     del data
     return out.getvalue()
-
-
-def response_class(header: RequestHeader, name: str) -> Any:
-    """A dataclass of the response module of ``header``'s API version (``name`` inside it)."""
-    return getattr(response_module(header.api_key, header.api_version), name)

@@ -140,14 +140,6 @@ def cut_below(data: memoryview, bound: int) -> memoryview:
     return data[: int(h.position[keep - 1] + h.size[keep - 1])]
 
 
-def aborted_in(data: memoryview) -> bool:
-    """Whether fetched bytes hold transactional batches (the aborted-transactions list matters)."""
-    buf = np.frombuffer(data, np.uint8)
-    scan = B.scan_entries(buf, allow_torn_tail=True, raise_on_corrupt=False)
-    h = B.parse_headers(buf, scan.position, scan.size, scan.magic)
-    return bool(h.is_transactional.any())
-
-
 _WARM_UP_BATCH = bytes.fromhex(
     "000000000000000000000039ffffffff02156266bb00000000000000000000000000010000000000000001"
     "ffffffffffffffffffffffffffff000000010e00000001027800"

@@ -63,7 +63,6 @@ class StoreStats:
     maintenance_runs: int = 0
     commit_seconds: float = 0.0
     maintenance_seconds: float = 0.0
-    grouped: list[int] = field(default_factory=list)
 
 
 class Store:
