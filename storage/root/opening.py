@@ -18,7 +18,7 @@ from pylog.storage.backends.objectfs import ObjectStorage
 from pylog.storage.backends.objectstore import is_object_url
 from pylog.storage.errors import ConfigError
 from pylog.storage.root.manager import Root
-from pylog.storage.root.merging import MERGERS
+from pylog.storage.root.rebase import MERGERS
 
 __all__ = ["open_root", "open_staging"]
 

@@ -33,7 +33,7 @@ from pylog.storage.backends.manifest import (
 )
 from pylog.storage.backends.objectfs import ObjectStorage
 from pylog.storage.backends.objectstore import ObjectStore
-from pylog.storage.root.merging import MERGERS
+from pylog.storage.root.rebase import MERGERS
 from tests.reliability.memfs import Crash, MemStorage
 
 

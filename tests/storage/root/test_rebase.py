@@ -1,4 +1,4 @@
-"""Three-way merges of a root's own files (storage/root/merging.py): what a commit re-based on a
+"""Three-way merges of a root's own files (storage/root/rebase.py): what a commit re-based on a
 writer of other partitions keeps of both."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pylog.storage.partition.checkpoint import format_offsets, parse_offsets
-from pylog.storage.root.merging import MERGERS, merge3, merge_offsets, merge_state, merge_topics
 from pylog.storage.root.publish import PublishState, QueryRecord
+from pylog.storage.root.rebase import MERGERS, merge3, merge_offsets, merge_state, merge_topics
 
 small = st.dictionaries(st.integers(0, 6), st.integers(0, 3), max_size=6)
 
