@@ -35,7 +35,7 @@ from pylog.connector.options import (
     Subscription,
 )
 from pylog.storage.errors import DataLossError, PylogError, UnknownTopicError
-from pylog.storage.partition import transactions
+from pylog.storage.partition import producer_state
 from pylog.storage.partition.log import Log
 from pylog.storage.root.manager import Root
 from pylog.storage.root.opening import open_root
@@ -130,7 +130,7 @@ class RootView:
         damaged, and reading the missing offsets reports it), so its log is not even opened:
         a trigger costs the same whatever the number of partitions."""
         if self.isolation_level == "read_committed":
-            return int(transactions.last_stable_offset(self.log(tp)))
+            return int(producer_state.last_stable_offset(self.log(tp)))
         hw = self.root.high_watermark(*tp)
         return hw if hw is not None else self.log(tp).log_end_offset
 

@@ -33,7 +33,7 @@ from pylog.connector.offsets import OffsetRange, open_read_only, report_data_los
 from pylog.connector.options import SourceOptions
 from pylog.storage.codec import records
 from pylog.storage.errors import OffsetOutOfRangeError, PylogError
-from pylog.storage.partition import transactions
+from pylog.storage.partition import producer_state
 from pylog.storage.partition.log import Log
 from pylog.storage.root.manager import Root
 from pylog.storage.root.schema import kafka_columns
@@ -178,7 +178,7 @@ def _aborted(lg: Log, task: ReadTask, start: int, end: int) -> Aborted | None:
     if task.isolation_level != "read_committed" or start >= end:
         return None
     # every segment's .txnindex: on a list the writer did not change meanwhile
-    return lg.read_consistently(lambda _: transactions.aborted_transactions(lg, start, end))
+    return lg.read_consistently(lambda _: producer_state.aborted_transactions(lg, start, end))
 
 
 def _convert(
@@ -190,7 +190,7 @@ def _convert(
     if aborted is None:
         t = rs.data_records()
     else:
-        drop = rs.batches.is_control | transactions.aborted_batches(rs.batches, aborted)
+        drop = rs.batches.is_control | producer_state.aborted_batches(rs.batches, aborted)
         t = rs.records.filter(pa.array(~drop[rs.batch_index])) if drop.any() else rs.records
     if t.num_rows == 0:
         return None

@@ -34,7 +34,7 @@ from pylog.server.records import cut_below
 from pylog.storage.backends.local import LocalStorage
 from pylog.storage.codec._kernels_src import AT_LAST_DELTA
 from pylog.storage.errors import PylogError
-from pylog.storage.partition import transactions
+from pylog.storage.partition import producer_state
 from pylog.storage.partition.log import Log
 
 READ_COMMITTED = 1
@@ -82,7 +82,7 @@ def read_partitions(
             continue
         try:
             lg, hw, start = _bounds(node, topic, partition)
-            lso = transactions.last_stable_offset(lg) if isolation == READ_COMMITTED else hw
+            lso = producer_state.last_stable_offset(lg) if isolation == READ_COMMITTED else hw
             r.high_watermark, r.last_stable_offset, r.log_start_offset = hw, lso, start
             if offset < start or offset > hw:
                 r.error = ErrorCode.offset_out_of_range
@@ -100,7 +100,7 @@ def read_partitions(
             r.records = data
             budget -= len(data)
             if isolation == READ_COMMITTED and len(data):
-                pids, firsts, _ = transactions.aborted_transactions(lg, offset, bound)
+                pids, firsts, _ = producer_state.aborted_transactions(lg, offset, bound)
                 r.aborted = tuple(zip(pids.tolist(), firsts.tolist(), strict=True))
             elif isolation == READ_COMMITTED:
                 r.aborted = ()
@@ -252,7 +252,7 @@ def _list_one(
         if timestamp in (EARLIEST, EARLIEST_LOCAL):
             return ErrorCode.none, start, -1
         if timestamp == LATEST:
-            end = transactions.last_stable_offset(lg) if isolation == READ_COMMITTED else hw
+            end = producer_state.last_stable_offset(lg) if isolation == READ_COMMITTED else hw
             return ErrorCode.none, end, -1
         if timestamp < 0 and timestamp != MAX_TIMESTAMP:
             return ErrorCode.invalid_request, -1, -1

@@ -31,14 +31,14 @@ from kio.schema.errors import ErrorCode
 from pylog.server import records
 from pylog.server.store import Key, PendingAppend, Store
 from pylog.storage.errors import DuplicateBatchError, RecordSetError
-from pylog.storage.partition import transactions
+from pylog.storage.partition import producer_state
 from pylog.storage.partition.log import AppendInfo
 
 log = logging.getLogger("pylog.server")
 
-KEPT_BATCHES = transactions.KEPT_BATCHES
+KEPT_BATCHES = producer_state.KEPT_BATCHES
 """Batches remembered per producer and partition (Kafka's ``NUM_BATCHES_TO_RETAIN``)."""
-EXPIRATION_S = transactions.PRODUCER_ID_EXPIRATION_MS / 1000
+EXPIRATION_S = producer_state.PRODUCER_ID_EXPIRATION_MS / 1000
 """A producer idle this long is forgotten (Kafka's ``producer.id.expiration.ms``)."""
 PRUNE_EVERY = 10_000
 """Sequence checks between two looks for idle producers."""
@@ -149,7 +149,7 @@ class Producers:
         """What the log says of producer ``pid`` on ``key``: its epoch and last five batches
         (after a restart, or once this process forgot an idle producer)."""
         lg = self.store.root.log(*key)
-        found = transactions.producer_state(lg).producers.get(pid)
+        found = producer_state.state_of(lg).producers.get(pid)
         if found is None or not found.batches:
             return None
         entry = ProducerEntry(found.epoch)

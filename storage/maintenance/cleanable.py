@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pylog.storage.config import INT32_MAX, INT64_MAX
-from pylog.storage.partition import transactions
+from pylog.storage.partition import producer_state
 from pylog.storage.partition.log import Log
 from pylog.storage.partition.segment import LogSegment
 
@@ -72,7 +72,7 @@ def first_uncleanable_offset(log: Log, first_dirty: int, now: int, *, with_lso: 
     at least ``first_dirty`` (not rounded to a segment)."""
     candidates = [log.active.base_offset]
     if with_lso:
-        candidates.append(transactions.last_stable_offset(log))
+        candidates.append(producer_state.last_stable_offset(log))
     lag = log.config.min_compaction_lag_ms
     if lag > 0:
         for seg in _non_active_from(log, first_dirty):

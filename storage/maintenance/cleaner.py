@@ -64,7 +64,7 @@ from pylog.storage.maintenance.cleanable import (
 from pylog.storage.maintenance.offset_map import OffsetMap, hash_spans
 from pylog.storage.maintenance.segment_reads import prefetched, walked
 from pylog.storage.maintenance.throttle import Clock, Sleep, Throttler
-from pylog.storage.partition import transactions
+from pylog.storage.partition import producer_state
 from pylog.storage.partition.log import Log
 from pylog.storage.partition.segment import LogSegment
 from pylog.storage.partition.txnindex import TxnIndex
@@ -102,7 +102,7 @@ class TxnTracker:
             pid = int(h.producer_id[i])
             if h.is_control[i]:
                 kind = int(ctypes[i])
-                if kind == transactions.EMPTY_CONTROL:
+                if kind == producer_state.EMPTY_CONTROL:
                     out[i] = True
                 elif kind == B.ABORT:
                     meta = self._ongoing_aborted.pop(pid, None)
@@ -127,9 +127,9 @@ class TxnTracker:
 
 
 def _aborted_with_lso(log: Log, start: int, end: int) -> tuple[np.ndarray, ...]:
-    pid, first, last = transactions.aborted_transactions(log, start, end)
+    pid, first, last = producer_state.aborted_transactions(log, start, end)
     lso_by_key = {
-        (t.producer_id, t.last_offset): t.last_stable_offset for t in transactions.producer_state(log).aborted
+        (t.producer_id, t.last_offset): t.last_stable_offset for t in producer_state.state_of(log).aborted
     }
     for seg in log.segments:
         e = seg.txn_index.entries()
@@ -142,9 +142,9 @@ def _aborted_with_lso(log: Log, start: int, end: int) -> tuple[np.ndarray, ...]:
 
 
 def _control_types_of(sp: rewrite.Spans) -> np.ndarray:
-    """Control record type per batch of walked spans (``transactions.control_types``; the
+    """Control record type per batch of walked spans (``producer_state.control_types``; the
     spans' buffer starts with the batches' bytes)."""
-    return transactions.control_types(sp.buffer, sp.headers)
+    return producer_state.control_types(sp.buffer, sp.headers)
 
 
 # ============================================================================ cleaning
@@ -260,7 +260,7 @@ class Cleaner:
         segments = [s for s in log.segments[:-1] if s.base_offset < end]
         if not segments:
             return
-        active = transactions.producer_state(log).active_producers(now)
+        active = producer_state.state_of(log).active_producers(now)
         pids = np.array(sorted(active), dtype=np.int64)
         last_data = np.array([active[p].last_data_offset for p in pids.tolist()], dtype=np.int64)
         epochs = np.array([active[p].epoch for p in pids.tolist()], dtype=np.int64)

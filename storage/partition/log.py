@@ -30,7 +30,7 @@ from pylog.storage.errors import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
-from pylog.storage.partition import layout, transactions
+from pylog.storage.partition import layout, producer_state
 from pylog.storage.partition.consistency import RELISTS as _RELISTS
 from pylog.storage.partition.consistency import ConsistentReads, now_ms
 from pylog.storage.partition.segment import LogSegment, fitting_batches
@@ -258,7 +258,7 @@ class Log(ConsistentReads):
                 part = h.take(slice(i, j))
                 lo, hi = int(h.position[i]), int(h.position[j - 1] + h.size[j - 1])
                 seg.append(data[lo:hi], part)
-                transactions.on_append(self, seg, data[lo:hi], part)  # producer state, .txnindex
+                producer_state.on_append(self, seg, data[lo:hi], part)  # producer state, .txnindex
                 i = j
         except OSError as e:
             self._failed = e

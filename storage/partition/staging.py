@@ -37,7 +37,7 @@ from pylog.storage.backends.fs import Storage, join
 from pylog.storage.codec import batch as B
 from pylog.storage.config import LogConfig
 from pylog.storage.errors import CorruptRecordError, InvalidOffsetError, RecordTooLargeError
-from pylog.storage.partition import transactions
+from pylog.storage.partition import producer_state
 from pylog.storage.partition.consistency import now_ms
 from pylog.storage.partition.log import AppendInfo, Log
 from pylog.storage.partition.segment import LogSegment, fitting_batches, segment_name
@@ -305,7 +305,7 @@ def link(log: Log, name: str, seg: StagedSegment, *, now: int | None = None) -> 
     except BaseException as e:  # the log's files are half changed: reopen (and recover) it
         log._failed = e
         raise
-    transactions.on_link(log, base + seg.records)
+    producer_state.on_link(log, base + seg.records)
     last = base + seg.records - 1
     return AppendInfo(base, last, new.max_timestamp_so_far, seg.records, len(edits), seg.size)
 
@@ -368,7 +368,7 @@ def adopt(log: Log, name: str, seg: StagedSegment, *, now: int | None = None) ->
     except BaseException as e:
         log._failed = e
         raise
-    transactions.on_link(log, base + seg.records)
+    producer_state.on_link(log, base + seg.records)
     return AppendInfo(
         base, base + seg.records - 1, new.max_timestamp_so_far, seg.records, len(pairs), seg.size
     )

@@ -16,7 +16,7 @@ from pylog.storage.errors import ConfigError, CorruptRecordError, InvalidOffsetE
 from pylog.storage.maintenance import offset_map
 from pylog.storage.maintenance.cleaner import Cleaner, Throttler, group_segments_by_size, log_to_clean
 from pylog.storage.maintenance.offset_map import OffsetMap
-from pylog.storage.partition import transactions
+from pylog.storage.partition import producer_state
 from pylog.storage.partition.segment import INT32_MAX
 from tests.storage.compaction_util import (
     DAY,
@@ -196,7 +196,7 @@ def test_b16_open_transaction_bounds_the_cleanable_range(tmp_path: Path) -> None
     )
     put_many(lg, [(KEYS[i % 10], b"w%d" % i) for i in range(30)])
     lg.roll()
-    assert transactions.last_stable_offset(lg) == txn_start
+    assert producer_state.last_stable_offset(lg) == txn_start
     ltc = log_to_clean(lg, None, T0)
     holder = next(s for s in reversed(lg.segments) if s.base_offset <= txn_start)
     assert ltc.first_uncleanable_offset == holder.base_offset
@@ -242,7 +242,7 @@ def test_b17_aborted_data_removed_abort_marker_removed_after_horizon(tmp_path: P
     put(lg, b"b", b"2")
     lg.roll()
     now = T0 + 10 * DAY  # producer 7 has expired: its batches need not be kept as empty ones
-    assert transactions.read_table(lg).column("value").to_pylist() == [b"1", b"2"]
+    assert producer_state.read_table(lg).column("value").to_pylist() == [b"1", b"2"]
     cleaner().clean(lg, now=now)
     assert rows(lg) == [(0, b"a", b"1"), (4, b"b", b"2")]
     hs = headers(lg)
@@ -269,7 +269,7 @@ def test_b17_commit_marker_kept_while_its_data_remains(tmp_path: Path) -> None:
     now = T0 + 10 * DAY
     cleaner().clean(lg, now=now)
     assert commit in headers(lg).base_offset.tolist()
-    assert transactions.read_table(lg).column("value").to_pylist() == [b"committed", b"1"]
+    assert producer_state.read_table(lg).column("value").to_pylist() == [b"committed", b"1"]
     put(lg, b"x", b"newer")  # the committed record is superseded ...
     lg.roll()
     cleaner().clean(lg, now=now, first_dirty=0)  # ... and removed; this pass still saw its batch

@@ -1,4 +1,5 @@
-"""Transactions in a log: producer state, the ``.txnindex``, the last stable offset, read_committed.
+"""Kafka producers' state in a log: idempotence, transactions, the ``.txnindex``, the last stable
+offset, read_committed.
 
 Kafka's ``ProducerStateManager`` keeps, per producer id, its epoch, its last data batches (five,
 with their sequence ranges: an idempotent producer's retry of one is a duplicate) and its ongoing
@@ -41,7 +42,7 @@ from pylog.storage.errors import CorruptRecordError, OffsetOutOfRangeError, Pylo
 from pylog.storage.partition.segment import LogSegment
 
 
-class Log(Protocol):
+class LogView(Protocol):
     """What this module reads of a partition's log (:class:`pylog.storage.partition.log.Log`,
     which calls :func:`on_append` on every append, so this module sits below it)."""
 
@@ -219,10 +220,10 @@ def control_types(data: np.ndarray, h: B.BatchHeaders) -> np.ndarray:
 
 # ---------------------------------------------------------------------------- per-log state
 
-_STATES: weakref.WeakKeyDictionary[Log, ProducerState] = weakref.WeakKeyDictionary()
+_STATES: weakref.WeakKeyDictionary[LogView, ProducerState] = weakref.WeakKeyDictionary()
 
 
-def producer_state(log: Log) -> ProducerState:
+def state_of(log: LogView) -> ProducerState:
     """The producer state of ``log`` up to its end, scanning it the first time (and after a
     truncation); a writable log's ``.txnindex`` files are repaired by that scan."""
     leo = log.log_end_offset
@@ -234,12 +235,12 @@ def producer_state(log: Log) -> ProducerState:
     return st
 
 
-def forget(log: Log) -> None:
+def forget(log: LogView) -> None:
     """Drop the cached state (it is rebuilt on next use)."""
     _STATES.pop(log, None)
 
 
-def on_append(log: Log, segment: LogSegment, data: np.ndarray, h: B.BatchHeaders) -> None:
+def on_append(log: LogView, segment: LogSegment, data: np.ndarray, h: B.BatchHeaders) -> None:
     """Hook of ``Log._append``: batches ``h`` (positions relative to ``data``) were just
     appended to ``segment``.  Keeps the producer state current and appends the ``.txnindex``
     entries of the aborted transactions their markers complete."""
@@ -259,7 +260,7 @@ def on_append(log: Log, segment: LogSegment, data: np.ndarray, h: B.BatchHeaders
         segment.txn_index.append(txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset)
 
 
-def on_link(log: Log, end_offset: int) -> None:
+def on_link(log: LogView, end_offset: int) -> None:
     """Hook of a link of staged batches (none transactional: :mod:`staging` checks it) up to
     ``end_offset``: producer state stays current without reading them."""
     st = _STATES.get(log)
@@ -271,7 +272,7 @@ HOP_MIN_BATCH = 64 << 10
 """Batches at least this large are scanned by reading their 61-byte header only."""
 
 
-def _scan(log: Log, st: ProducerState, *, upto: int, repair: bool, start: int = 0) -> ProducerState:
+def _scan(log: LogView, st: ProducerState, *, upto: int, repair: bool, start: int = 0) -> ProducerState:
     found: dict[int, list[AbortedTxn]] = {}
     for i, seg in enumerate(log.segments):
         nxt = log.segments[i + 1].base_offset if i + 1 < len(log.segments) else None
@@ -339,19 +340,19 @@ def _repair_index(seg: LogSegment, txns: list[AbortedTxn], *, active: bool) -> N
 # ---------------------------------------------------------------------------- reading
 
 
-def last_stable_offset(log: Log) -> int:
+def last_stable_offset(log: LogView) -> int:
     """Kafka's LSO: the first offset of the earliest open transaction, else the high watermark
     (the log's acknowledged end when the log manager set one, else its end)."""
-    first = producer_state(log).first_unstable_offset()
+    first = state_of(log).first_unstable_offset()
     hw = log.log_end_offset if log.high_watermark is None else min(log.high_watermark, log.log_end_offset)
     return max(log.log_start_offset, hw if first is None else min(first, hw))
 
 
-def aborted_transactions(log: Log, start: int, end: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def aborted_transactions(log: LogView, start: int, end: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(producer ids, first offsets, last offsets) of the aborted transactions overlapping
     ``[start, end)``, from every segment's ``.txnindex`` and the producer state, sorted by
     first offset, without duplicates."""
-    st = producer_state(log)
+    st = state_of(log)
     parts = [
         (
             np.array([t.producer_id for t in st.aborted], np.int64),
@@ -396,7 +397,7 @@ def aborted_batches(h: B.BatchHeaders, aborted: tuple[np.ndarray, np.ndarray, np
 
 
 def read_table(
-    log: Log,
+    log: LogView,
     start: int | None = None,
     end: int | None = None,
     *,

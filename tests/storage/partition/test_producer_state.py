@@ -14,12 +14,12 @@ from pylog.storage.backends.local import LocalStorage
 from pylog.storage.codec import batch as B
 from pylog.storage.codec import records
 from pylog.storage.errors import CorruptRecordError, OffsetOutOfRangeError, PylogError
-from pylog.storage.partition import transactions
+from pylog.storage.partition import producer_state
 from pylog.storage.partition.loader import load_log
 from pylog.tools.dump import dump
 from tests.storage.compaction_util import DIR, T0, config, open_log, put, reopen
 
-Txn = transactions.AbortedTxn
+Txn = producer_state.AbortedTxn
 
 
 def txn(lg, pid: int, value: bytes, key: bytes = b"k") -> int:  # type: ignore[no-untyped-def]
@@ -74,18 +74,18 @@ def test_txnindex_written_on_abort_with_last_stable_offset(tmp_path: Path) -> No
 
 def test_read_committed_skips_aborted_data_and_markers(tmp_path: Path) -> None:
     lg = interleaved(tmp_path)
-    assert transactions.last_stable_offset(lg) == lg.log_end_offset == 9
-    t = transactions.read_table(lg)
+    assert producer_state.last_stable_offset(lg) == lg.log_end_offset == 9
+    t = producer_state.read_table(lg)
     assert values(t) == [b"plain-0", b"b-1", b"plain-5", b"b-2", b"plain-8"]
     assert t.column("offset").to_pylist() == [0, 2, 5, 6, 8]
-    unc = transactions.read_table(lg, isolation_level="read_uncommitted")
+    unc = producer_state.read_table(lg, isolation_level="read_uncommitted")
     assert values(unc) == [b"plain-0", b"a-1", b"b-1", b"a-2", b"plain-5", b"b-2", b"plain-8"]
-    assert values(transactions.read_table(lg, 3, 6)) == [b"plain-5"]
-    assert transactions.read_table(lg, 3, 5).num_rows == 0  # only aborted data and a marker
+    assert values(producer_state.read_table(lg, 3, 6)) == [b"plain-5"]
+    assert producer_state.read_table(lg, 3, 5).num_rows == 0  # only aborted data and a marker
     with pytest.raises(PylogError, match="isolation level"):
-        transactions.read_table(lg, isolation_level="serializable")
+        producer_state.read_table(lg, isolation_level="serializable")
     with pytest.raises(OffsetOutOfRangeError):
-        transactions.read_table(lg, 100)
+        producer_state.read_table(lg, 100)
 
 
 def test_open_transaction_holds_back_the_last_stable_offset(tmp_path: Path) -> None:
@@ -93,28 +93,28 @@ def test_open_transaction_holds_back_the_last_stable_offset(tmp_path: Path) -> N
     put(lg, b"p", b"before")
     first = txn(lg, 5, b"open-1")
     put(lg, b"p", b"after")  # not transactional, but above the LSO: invisible to read_committed
-    assert transactions.last_stable_offset(lg) == first
-    assert values(transactions.read_table(lg)) == [b"before"]
+    assert producer_state.last_stable_offset(lg) == first
+    assert values(producer_state.read_table(lg)) == [b"before"]
     marker(lg, B.COMMIT, 5)
-    assert transactions.last_stable_offset(lg) == lg.log_end_offset
-    assert values(transactions.read_table(lg)) == [b"before", b"open-1", b"after"]
+    assert producer_state.last_stable_offset(lg) == lg.log_end_offset
+    assert values(producer_state.read_table(lg)) == [b"before", b"open-1", b"after"]
 
 
 def test_state_survives_reopen_and_recovery_repairs_the_index(tmp_path: Path) -> None:
     lg = interleaved(tmp_path)
     txn(lg, 3, b"c-open")  # still open at the crash
     lg.flush()
-    expected = values(transactions.read_table(lg))
+    expected = values(producer_state.read_table(lg))
     lg.close()
     # unclean reopen: recovery rebuilds every segment's indexes, emptying the .txnindex files
     again = reopen(tmp_path, cleanup_policy="delete", segment_bytes=300)
     assert all_index_entries(again) == []
-    assert values(transactions.read_table(again)) == expected  # the scan restores the entry ...
+    assert values(producer_state.read_table(again)) == expected  # the scan restores the entry ...
     assert all_index_entries(again) == [(1, 1, 4, 2)]  # ... on disk too
-    assert transactions.last_stable_offset(again) == 9
+    assert producer_state.last_stable_offset(again) == 9
     marker(again, B.ABORT, 3)  # the first offset of the reopened producer's transaction is known
     assert all_index_entries(again)[-1] == (3, 9, 10, 11)
-    assert values(transactions.read_table(again)) == expected
+    assert values(producer_state.read_table(again)) == expected
 
 
 def test_read_only_reader_uses_scanned_state(tmp_path: Path) -> None:
@@ -123,7 +123,7 @@ def test_read_only_reader_uses_scanned_state(tmp_path: Path) -> None:
     for seg in lg.segments:  # as if the index had been lost
         seg.txn_index.delete()
     ro = load_log(LocalStorage(tmp_path), DIR, config(cleanup_policy="delete"), read_only=True).log
-    assert values(transactions.read_table(ro)) == [b"plain-0", b"b-1", b"plain-5", b"b-2", b"plain-8"]
+    assert values(producer_state.read_table(ro)) == [b"plain-0", b"b-1", b"plain-5", b"b-2", b"plain-8"]
     assert not [n for n in os.listdir(tmp_path / DIR) if n.endswith(".txnindex")]  # nothing written
 
 
@@ -131,13 +131,13 @@ def test_truncation_invalidates_producer_state(tmp_path: Path) -> None:
     lg = open_log(tmp_path, cleanup_policy="delete")
     put(lg, b"p", b"x")
     first = txn(lg, 4, b"open")
-    assert transactions.last_stable_offset(lg) == first
+    assert producer_state.last_stable_offset(lg) == first
     lg.truncate_to(first)
-    assert transactions.last_stable_offset(lg) == lg.log_end_offset == first
+    assert producer_state.last_stable_offset(lg) == lg.log_end_offset == first
     txn(lg, 4, b"again")
     marker(lg, B.ABORT, 4)
     assert all_index_entries(lg) == [(4, first, first + 1, first + 2)]
-    assert values(transactions.read_table(lg)) == [b"x"]
+    assert values(producer_state.read_table(lg)) == [b"x"]
 
 
 def test_control_types_and_corrupt_control_key() -> None:
@@ -146,10 +146,10 @@ def test_control_types_and_corrupt_control_key() -> None:
     commit = records.control_batch(B.COMMIT, offset=2, producer_id=1, producer_epoch=0, timestamp=T0)
     data = np.frombuffer(enc.tobytes() + abort + commit, np.uint8)
     h = records.decode(data).batches
-    assert transactions.control_types(data, h).tolist() == [-3, B.ABORT, B.COMMIT]
+    assert producer_state.control_types(data, h).tolist() == [-3, B.ABORT, B.COMMIT]
     bad = records.encode([b"v"], [b"xy"], T0, is_control=True, is_transactional=True, producer_id=1)
     with pytest.raises(CorruptRecordError, match="control record key"):
-        transactions.control_types(bad.buffer, bad.batches)
+        producer_state.control_types(bad.buffer, bad.batches)
 
 
 def test_aborted_batches_by_producer_and_range() -> None:
@@ -159,12 +159,12 @@ def test_aborted_batches_by_producer_and_range() -> None:
     h = enc.batches
     assert len(h) == 3
     aborted = (np.array([1, 2]), np.array([11, 10]), np.array([11, 12]))
-    assert transactions.aborted_batches(h, aborted).tolist() == [False, True, False]
+    assert producer_state.aborted_batches(h, aborted).tolist() == [False, True, False]
 
 
 def test_scan_of_large_batches_reads_headers_only(tmp_path: Path) -> None:
     lg = open_log(tmp_path, cleanup_policy="delete", segment_bytes=1 << 20)
-    big = b"x" * (transactions.HOP_MIN_BATCH + 100)
+    big = b"x" * (producer_state.HOP_MIN_BATCH + 100)
     put(lg, b"p", big)
     txn(lg, 6, big)
     txn(lg, 6, big)
@@ -181,10 +181,10 @@ def test_scan_of_large_batches_reads_headers_only(tmp_path: Path) -> None:
         return real(path, start, end)
 
     again.storage.read = spy  # type: ignore[method-assign]
-    assert transactions.last_stable_offset(again) == first
-    assert max(n for _, n in reads) < transactions.HOP_MIN_BATCH  # never a whole data batch
+    assert producer_state.last_stable_offset(again) == first
+    assert max(n for _, n in reads) < producer_state.HOP_MIN_BATCH  # never a whole data batch
     assert all_index_entries(again) == [(6, 1, 3, 4)]
-    assert transactions.read_table(again).column("offset").to_pylist() == [0]
+    assert producer_state.read_table(again).column("offset").to_pylist() == [0]
 
 
 def test_producer_state_keeps_the_sequences_of_each_producers_last_five_batches(tmp_path: Path) -> None:
@@ -197,10 +197,10 @@ def test_producer_state_keeps_the_sequences_of_each_producers_last_five_batches(
     lg.flush()
     lg.close()
     lg = reopen(tmp_path, cleanup_policy="delete")  # the state is scanned from the files
-    entry = transactions.producer_state(lg).producers[9]
+    entry = producer_state.state_of(lg).producers[9]
     assert [(b.first_seq, b.last_seq, b.base_offset) for b in entry.batches] == [
         (i, i, offsets[i]) for i in range(2, 7)
     ]
-    assert [b.first_seq for b in transactions.producer_state(lg).producers[4].batches] == [0]
+    assert [b.first_seq for b in producer_state.state_of(lg).producers[4].batches] == [0]
     put(lg, b"k", b"new-epoch", producer_id=9, producer_epoch=1, base_sequence=0)
-    assert [b.first_seq for b in transactions.producer_state(lg).producers[9].batches] == [0]
+    assert [b.first_seq for b in producer_state.state_of(lg).producers[9].batches] == [0]
