@@ -8,10 +8,13 @@ DISCOVERY := $(VENV)/.spark-discovery
 
 .PHONY: demo test lint bench clean reliability
 
+# PYTHONWARNINGS: setuptools ends every editable install of a package-dir mapping (storage/ ->
+# pylog.storage) with an informational warning about folders named like the package, which
+# pyproject.toml has no setting for
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,spark,s3,serve]'
+	PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install --quiet -e '.[dev,spark,s3,serve]'
 	touch $(STAMP)
 
 # format("pylog") found by Spark from any directory (the editable install hides pyspark_pylog from

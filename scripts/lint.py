@@ -89,8 +89,11 @@ def main(argv: list[str] | None = None) -> int:
         prefixes=prefixes,
     )
     print("lint-imports (layer contracts)", flush=True)
+    # the contracts in pyproject.toml, found where lint-imports looks when given no config file
+    # (its --config option is deprecated, a positional config file is not taken by every version)
+    (tree / "pyproject.toml").symlink_to(root / "pyproject.toml")
     status |= run(
-        [str(bindir / "lint-imports"), "--config", str(root / "pyproject.toml"), "--no-cache"],
+        [str(bindir / "lint-imports"), "--no-cache"],
         cwd=tree,
         env=env,
         prefixes=prefixes,
