@@ -59,10 +59,10 @@ from pylog.connector.offsets import (
     to_json,
 )
 from pylog.connector.options import SourceOptions
-from pylog.connector.progress import expire_consumer_offsets, write_consumer_offsets
 from pylog.connector.scan import ReadTask, read_task, task_for
 from pylog.connector.workers import on_task_start
 from pylog.storage.errors import PylogError
+from pylog.storage.root.consumers import expire_consumer_offsets, write_consumer_offsets
 
 log = logging.getLogger("pylog.connector")
 

@@ -112,7 +112,7 @@ def _positive(value: Any, name: str) -> int:
 
 
 @dataclass(frozen=True)
-class Bounds:
+class ReadRange:
     """A validated read range, before it is resolved against each partition's log."""
 
     start_offset: int | None = None
@@ -127,7 +127,7 @@ class Bounds:
         end_offset: Any = None,
         start_timestamp: Any = None,
         end_timestamp: Any = None,
-    ) -> Bounds:
+    ) -> ReadRange:
         if start_offset is not None and start_timestamp is not None:
             raise ConfigError("give start_offset or start_timestamp, not both")
         if end_offset is not None and end_timestamp is not None:
@@ -169,7 +169,7 @@ def _offset_for_time(lg: Log, ms: int, leo: int) -> int:
 
 
 def resolve(
-    root: LogSource, topic: str, partitions: Sequence[int] | None, bounds: Bounds
+    root: LogSource, topic: str, partitions: Sequence[int] | None, bounds: ReadRange
 ) -> list[PartitionRange]:
     """The offset range of each partition of ``topic`` to read (all partitions when None)."""
     parts = range(root.partitions(topic)) if partitions is None else partitions
@@ -195,7 +195,7 @@ def read_table(
     include_headers: bool = True,
 ) -> pa.Table:
     """The records of the range as one table (see :meth:`Root.read_table`)."""
-    bounds = Bounds.of(start_offset, end_offset, start_timestamp, end_timestamp)
+    bounds = ReadRange.of(start_offset, end_offset, start_timestamp, end_timestamp)
     tables = []
     for r in resolve(root, topic, partitions, bounds):
         lg = root.log(topic, r.partition)
@@ -224,7 +224,7 @@ def read_batches(
     Arguments are checked and every partition's range resolved when this is called (the end
     is the log end offset *then*: records appended while iterating are not read); the data is
     read as the batches are consumed."""
-    bounds = Bounds.of(start_offset, end_offset, start_timestamp, end_timestamp)
+    bounds = ReadRange.of(start_offset, end_offset, start_timestamp, end_timestamp)
     max_records = _positive(max_records, "max_records")
     max_bytes = _positive(max_bytes, "max_bytes")
     ranges = resolve(root, topic, partitions, bounds)

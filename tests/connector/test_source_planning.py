@@ -38,11 +38,11 @@ from pylog.connector.offsets import (
     to_json,
 )
 from pylog.connector.options import parse_options
-from pylog.connector.progress import consumer_lag, read_consumer_offsets
 from pylog.connector.pushdown import Bounds, push_filters
 from pylog.connector.source import plan_batch
 from pylog.connector.stream import StreamReader
 from pylog.storage.errors import SourceOptionError
+from pylog.storage.root.consumers import consumer_lag, read_consumer_offsets
 from tests.conftest import Backend
 from tests.connector.source_helpers import T0, append, delete_topic
 
@@ -468,6 +468,7 @@ def test_a_partition_deleted_before_the_first_batch_is_planned_is_data_loss(
         rd.partitions(start, end)
 
 
+@pytest.mark.subprocess
 def test_planning_a_read_imports_no_compiled_kernels(tmp_path: Path) -> None:
     """Spark starts a driver-side Python process for each query's planning: importing the
     connector and resolving a stream's earliest and latest offsets load no numba (about half

@@ -11,7 +11,7 @@ import pytest
 
 import pylog
 from pylog.connector.options import DEFAULT_GROUP_ID_PREFIX
-from pylog.connector.progress import read_consumer_offsets
+from pylog.storage.root.consumers import read_consumer_offsets
 from tests.conftest import Backend
 from tests.connector.source_helpers import (
     T0,
