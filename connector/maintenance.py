@@ -40,8 +40,7 @@ import pylog.storage.root.manager as manager
 import pylog.storage.root.opening as opening
 from pylog.storage.maintenance.detached import DetachedReport, clean_detached
 from pylog.storage.maintenance.runner import maintain
-
-TopicPartition = tuple[str, int]
+from pylog.storage.partition.checkpoint import TopicPartition
 
 
 @dataclass

@@ -36,13 +36,13 @@ from pylog.connector.options import (
 )
 from pylog.storage.errors import DataLossError, PylogError, UnknownTopicError
 from pylog.storage.partition import producer_state
+from pylog.storage.partition.checkpoint import TopicPartition
 from pylog.storage.partition.log import Log
 from pylog.storage.root.manager import Root
 from pylog.storage.root.opening import open_root
 
 log = logging.getLogger("pylog.connector")
 
-TopicPartition = tuple[str, int]
 StartValue = int | str  # an offset, -2, -1 or "timestamp:<ms>"
 TIMESTAMP_PREFIX = "timestamp:"
 

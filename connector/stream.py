@@ -44,7 +44,6 @@ from pyspark.sql.streaming.datasource import (
 from pylog.connector.offsets import (
     OffsetRange,
     RootView,
-    TopicPartition,
     backlog,
     check_given_offsets,
     from_json,
@@ -62,6 +61,7 @@ from pylog.connector.options import SourceOptions
 from pylog.connector.scan import ReadTask, read_task, task_for
 from pylog.connector.workers import on_task_start
 from pylog.storage.errors import PylogError
+from pylog.storage.partition.checkpoint import TopicPartition
 from pylog.storage.root.consumers import expire_consumer_offsets, write_consumer_offsets
 
 log = logging.getLogger("pylog.connector")

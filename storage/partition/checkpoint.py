@@ -48,7 +48,10 @@ _JAVA_WS = " \t\n\x0b\f\r"  # java.util.regex \s
 _WS_RE = re.compile(f"[{re.escape(_JAVA_WS)}]+")
 _INT_RE = re.compile(r"[+-]?[0-9]+")  # Integer.parseInt / Long.parseLong syntax
 
-Offsets = dict[tuple[str, int], int]
+TopicPartition = tuple[str, int]
+"""(topic, partition): the key of these files, of high watermarks and of consumed offsets."""
+
+Offsets = dict[TopicPartition, int]
 
 
 def _int(text: str) -> int | None:

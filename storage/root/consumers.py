@@ -28,6 +28,7 @@ from urllib.parse import quote, unquote
 from pylog.storage.backends.fs import Storage
 from pylog.storage.errors import PylogError
 from pylog.storage.partition import checkpoint as ckpt
+from pylog.storage.partition.checkpoint import TopicPartition
 
 log = logging.getLogger("pylog.connector")
 
@@ -35,8 +36,6 @@ CONSUMER_OFFSETS_PREFIX = "pylog-consumer-offsets."
 CONSUMER_METADATA_PREFIX = "pylog-consumer-metadata."
 """The metadata strings a Kafka consumer committed with its offsets (``pylog serve``), as JSON
 ``{"<topic>": {"<partition>": "<metadata>"}}``, beside the group's offsets file."""
-
-TopicPartition = tuple[str, int]
 
 
 def _file_part(group_id: str) -> str:
