@@ -91,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     print("lint-imports (layer contracts)", flush=True)
     # the contracts in pyproject.toml, found where lint-imports looks when given no config file
     # (its --config option is deprecated, a positional config file is not taken by every version)
+    (tree / "pyproject.toml").unlink(missing_ok=True)  # a concurrent run may have made it
     (tree / "pyproject.toml").symlink_to(root / "pyproject.toml")
     status |= run(
         [str(bindir / "lint-imports"), "--no-cache"],

@@ -93,7 +93,7 @@ class Producers:
                     checked = records.check_produced(data, root.config(topic), f"{topic}-{partition}", now)
                     metas[key] = self._check_sequence(key, checked)
                 except RecordSetError as e:
-                    p.sets[key] = e  # type: ignore[assignment]
+                    p.sets[key] = e
                     continue
                 p.sets[key] = checked.data
 

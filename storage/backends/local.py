@@ -554,7 +554,7 @@ class LocalStorage(Storage):
             os.close(fd)
 
     @contextlib.contextmanager
-    def lock(self, path: str):  # type: ignore[no-untyped-def, override]
+    def lock(self, path: str) -> Iterator[None]:
         target = self.resolve(path)
         try:
             fd = os.open(target, os.O_RDWR | os.O_CREAT, 0o644)
@@ -566,8 +566,7 @@ class LocalStorage(Storage):
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError as e:
                     raise LogLockedError(
-                        f"{target}: another process holds the writer lock of this pylog root"
-                        f"{_holder(fd)}"
+                        f"{target}: another process holds the writer lock of this pylog root{_holder(fd)}"
                     ) from e
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()} {LOCK_HOLDER}".strip().encode() + b"\n")

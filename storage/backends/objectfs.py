@@ -546,7 +546,7 @@ class ObjectStorage(Storage):
         return None
 
     @contextlib.contextmanager
-    def lock(self, path: str) -> Iterator[None]:  # type: ignore[override]
+    def lock(self, path: str) -> Iterator[None]:
         # writers are not excluded: each commit is a put-if-absent of the next manifest, and the
         # loser of a race re-reads and retries (optimistic concurrency)
         yield
