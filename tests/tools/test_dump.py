@@ -26,9 +26,9 @@ from pylog.storage.codec.batch import COMMIT, CONTROL_KEY, END_TXN_VALUE
 from pylog.storage.partition.index import OffsetIndex, TimeIndex
 from pylog.storage.partition.txnindex import TxnIndex
 from pylog.tools.dump import dump
-from tests.kafka_fixtures import manifest_logs, require_fixtures
+from tests.kafka_fixtures import ROOT as FIXTURES
+from tests.kafka_fixtures import manifest_params, require_fixtures
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "kafka"
 LUCID = "kafka-go/v2-v2/test-lucid-0/00000000000000000000.log"
 EDGY = "kafka-go/v1-v1/test-edgy-0/00000000000000000000.log"
 MIXED = "kafka-go/v1-v1c-v2-v2c-v2b-v2b-v2b-v2bc-v1b-v1bc/test-88-0/00000000000000000000.log"
@@ -291,7 +291,7 @@ def _entry_spans(raw: bytes) -> list[tuple[int, int]]:
     return spans
 
 
-@pytest.mark.parametrize("entry", manifest_logs(), ids=lambda e: e["log"].split("/")[1])
+@pytest.mark.parametrize("entry", manifest_params())
 @pytest.mark.parametrize("kept", [5, 17, 18, -1])
 def test_broker_fixture_with_torn_tail(entry: dict[str, Any], kept: int, tmp_path: Path) -> None:
     """Every broker-written segment, its last entry torn after ``kept`` bytes (-1: all but the

@@ -9,7 +9,6 @@ import random
 import tracemalloc
 import zlib
 from collections.abc import Callable
-from pathlib import Path
 
 import cramjam
 import numpy as np
@@ -31,11 +30,11 @@ from pylog.storage.codec.compression import (
     decompress,
 )
 from pylog.storage.errors import ConfigError, CorruptRecordError
+from tests.kafka_fixtures import ROOT as FIXTURES
 
 lz4_frame = pytest.importorskip("lz4.frame", reason="python-lz4 (test-only peer) not installed")
 zstandard = pytest.importorskip("zstandard", reason="zstandard (test-only peer) not installed")
 
-FIXTURES = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "kafka"
 SNAPPY_JAVA_STREAM = FIXTURES / "kafka-rust" / "snappy-java-stream" / "fetch1.snappy.chunked.4k"
 
 ALL_CODECS = [NONE, GZIP, SNAPPY, LZ4, ZSTD]

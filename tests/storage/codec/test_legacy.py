@@ -23,8 +23,8 @@ from pylog.storage.codec.legacy import (
     decode_legacy_entry,
 )
 from pylog.storage.errors import CorruptRecordError
+from tests.kafka_fixtures import ROOT as FIXTURES
 
-FIXTURES = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures" / "kafka"
 INVALID_CRC = "kafka-rust/fetch2.mytopic.nocompression.invalid_crc.kafka.0900"
 
 LOGS = sorted(FIXTURES.rglob("*.log")) if FIXTURES.is_dir() else []
