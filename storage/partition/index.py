@@ -243,12 +243,6 @@ class IndexFile:
     def exists(self) -> bool:
         return self._appender is not None or self.storage.exists(self.path)
 
-    @property
-    def file_bytes(self) -> int:
-        """Length of the file (0 if missing), as last read or written."""
-        self._load()
-        return self._file_bytes
-
     def _partial_bytes(self) -> int:
         self._load()
         return self._file_bytes - self._n * self.ENTRY_SIZE

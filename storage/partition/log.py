@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from pylog.storage.backends.fs import Storage
 from pylog.storage.codec import batch as B
-from pylog.storage.codec import compression, records
+from pylog.storage.codec import records
 from pylog.storage.codec.columns import record_timestamps_ms, to_binary_array
 from pylog.storage.config import LogConfig
 from pylog.storage.errors import (
@@ -619,7 +619,3 @@ def _jitter(base_offset: int, config: LogConfig) -> int:
     if bound <= 0:
         return 0
     return int((base_offset * 0x9E3779B97F4A7C15) % (2**61 - 1)) % bound
-
-
-def codec_name(codec: int) -> str:
-    return compression.CODEC_NAMES.get(codec, str(codec))

@@ -242,16 +242,6 @@ class LogSegment:
                 raise scan.error
             pos += scan.end
 
-    def translate_offset(self, offset: int, start_position: int = 0) -> tuple[int, B.BatchHeaders] | None:
-        """First batch with ``lastOffset >= offset`` at or after ``start_position``:
-        (its position, headers of the batches from there in the chunk read), or None."""
-        for loc in self.iter_batches(start_position):
-            hit = np.nonzero(loc.headers.last_offset >= offset)[0]
-            if hit.size:
-                i = int(hit[0])
-                return int(loc.headers.position[i]), loc.headers.take(slice(i, None))
-        return None
-
     def position_of(self, offset: int) -> int | None:
         """Position of the first batch holding an offset >= ``offset`` (index-guided)."""
         for loc in self.batches_for(offset):
