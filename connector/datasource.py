@@ -16,7 +16,8 @@ schema and hands over to the readers and writers below it:
     source | stream | sink              batch reader | micro-batch reader | writers
     scan                                reading one planned range (executors)
     offsets | pushdown                  listing, resolving and splitting offsets | filter pushdown
-    options | progress | sink_options   source options | consumed offsets | sink options, columns
+    options | sink_options              source options | sink options, columns
+    optionspec                          every option of the source and the sink, declared once
 
 Each module imports only from the lines below its own (an import-linter contract in
 pyproject.toml checks it).

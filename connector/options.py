@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pylog.connector.javaregex import JavaRegexError, compile_java
-from pylog.storage.config import validate_topic_name
+from pylog.connector.optionspec import SOURCE_OPTIONS, SPECIFIC, read_options
+from pylog.storage.config import show, validate_topic_name
 from pylog.storage.errors import ConfigError, SourceOptionError
 
 log = logging.getLogger("pylog.connector")
@@ -34,58 +35,11 @@ LATEST = -1
 """Offset JSON value for the latest offset (Kafka's ``-1``)."""
 INT64_MAX = 2**63 - 1
 
-STORAGE_PREFIX = "storage."
-"""Options starting with this prefix are passed (without it) to the storage as fsspec options."""
-
-
-# canonical name -> one line of documentation (the valid values).  Keys are matched case-insensitively.
-OPTIONS: dict[str, str] = {
-    "path": "the pylog root: a local path, file:// URL or object-store URL (s3://bucket/prefix) (required)",
-    "subscribe": "comma-separated topic names",
-    "subscribePattern": "a Java regular expression (as in Spark) matched against whole topic names",
-    "assign": 'JSON {"topicA":[0,1],"topicB":[2,4]}',
-    "startingOffsets": "earliest, latest (streaming only) or JSON "
-    '{"topicA":{"0":23,"1":-1}} (-2 earliest, -1 latest)',
-    "endingOffsets": 'latest or JSON {"topicA":{"0":50,"1":-1}} (-1 latest); batch queries only',
-    "startingTimestamp": "milliseconds since the epoch",
-    "startingOffsetsByTimestamp": 'JSON {"topicA":{"0":1700000000000}}',
-    "startingOffsetsByTimestampStrategy": "error or latest",
-    "endingTimestamp": "milliseconds since the epoch; batch queries only",
-    "endingOffsetsByTimestamp": 'JSON {"topicA":{"0":1700000000000}}; batch queries only',
-    "failOnDataLoss": "true or false",
-    "maxOffsetsPerTrigger": "a positive integer",
-    "minOffsetsPerTrigger": "a positive integer, at most maxOffsetsPerTrigger",
-    "maxTriggerDelay": "a duration such as 15m, 30s, 500ms (used with minOffsetsPerTrigger)",
-    "minPartitions": "a positive integer",
-    "maxRecordsPerPartition": "a positive integer",
-    "includeHeaders": "true or false",
-    "isolationLevel": "read_uncommitted or read_committed",
-    "groupId": "the name this query's consumed offsets are recorded under ([a-zA-Z0-9._-]+)",
-    "groupIdPrefix": "prefix of the generated groupId",
-    # Kafka source options that have no effect on pylog; accepted so Kafka jobs keep working.
-    "kafkaConsumer.pollTimeoutMs": "accepted for compatibility, no effect",
-    "fetchOffset.numRetries": "accepted for compatibility, no effect",
-    "fetchOffset.retryIntervalMs": "accepted for compatibility, no effect",
-}
-_CANONICAL = {k.lower(): k for k in OPTIONS}
-_KAFKA_SYNONYMS = {"kafka.isolation.level": "isolationLevel", "kafka.group.id": "groupId"}
-_KAFKA_REJECTED = {
-    "kafka.bootstrap.servers": "pylog reads a log directory, not brokers: replace kafka.bootstrap.servers "
-    "(and the other connection options) with the option path",
-    "kafka.auto.offset.reset": "Kafka option 'auto.offset.reset' is not supported; set the source option "
-    "startingOffsets to 'earliest' or 'latest' to choose where a new query starts",
-    "kafka.key.deserializer": "Kafka option 'key.deserializer' is not supported: keys are binary; use "
-    "DataFrame operations to deserialize them",
-    "kafka.value.deserializer": "Kafka option 'value.deserializer' is not supported: values are binary; "
-    "use DataFrame operations to deserialize them",
-    "kafka.enable.auto.commit": "Kafka option 'enable.auto.commit' is not supported",
-    "kafka.interceptor.classes": "Kafka option 'interceptor.classes' is not supported",
-}
+OPTIONS: dict[str, str] = {o.name: o.values for o in SOURCE_OPTIONS}
+"""Documented name -> valid values, of every source option (declared in :mod:`.optionspec`)."""
 SUBSCRIPTIONS = ("assign", "subscribe", "subscribePattern")
 DEFAULT_GROUP_ID_PREFIX = "spark-pylog-source"
 _GROUP_RE = re.compile(r"[a-zA-Z0-9._-]{1,200}")
-_DURATION_RE = re.compile(r"\s*(-?\d+)\s*(us|ms|s|m|min|h|d)?\s*", re.IGNORECASE)
-_DURATION_MS = {"us": 0.001, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 TopicPartition = tuple[str, int]
 
@@ -205,109 +159,65 @@ class SourceOptions:
 
 def parse_options(raw: Mapping[str, str]) -> SourceOptions:
     """Validate the options of a ``pylog`` read; raises :class:`SourceOptionError`."""
-    opts: dict[str, str] = {}
-    storage: dict[str, Any] = {}
-    ignored_kafka: list[str] = []
-    for key, value in raw.items():
-        lk = str(key).lower()
-        if value is None:
-            continue
-        value = str(value)
-        if lk.startswith(STORAGE_PREFIX) and len(lk) > len(STORAGE_PREFIX):
-            storage[str(key)[len(STORAGE_PREFIX) :]] = _storage_value(value)
-        elif lk in _KAFKA_REJECTED:
-            raise SourceOptionError(f"option {lk}: {_KAFKA_REJECTED[lk]}")
-        elif lk in _KAFKA_SYNONYMS:
-            name = _KAFKA_SYNONYMS[lk]
-            if name in opts and opts[name] != value:
-                raise SourceOptionError(
-                    f"options {name} and {lk} are both given, with different values; give one of them"
-                )
-            opts[name] = value
-        elif lk.startswith("kafka."):
-            ignored_kafka.append(lk)
-        elif lk in _CANONICAL:
-            name = _CANONICAL[lk]
-            if name in opts and opts[name] != value:
-                raise SourceOptionError(
-                    f"option {name} is given twice with different values (the synonym "
-                    f"{'kafka.' + name if name != 'groupId' else 'kafka.group.id'} too?)"
-                )
-            opts[name] = value
-        else:
-            raise SourceOptionError(
-                f"unknown option {key!r} for the pylog source; valid options: {', '.join(OPTIONS)}, "
-                f"and {STORAGE_PREFIX}* for the storage"
-            )
-    if ignored_kafka:
-        log.warning(
-            "Kafka client options have no effect on the pylog source and are ignored: %s", ignored_kafka
-        )
-
+    given = read_options(raw, "source", SourceOptionError)
+    opts = given.options
     path = opts.get("path", "").strip()
     if not path:
         raise SourceOptionError(
             "option path is required: the pylog root directory (a local path or file:// URL), e.g. "
             ".option('path', '/data/events') or .load('/data/events')"
         )
+    # the options of a simple type: one typed value each, by the declaration's parser
+    typed = {o.name: o.parse(opts, SourceOptionError) for o in SOURCE_OPTIONS if o.kind not in SPECIFIC}
     subscription = _subscription(opts)
     starting = _offset_spec(opts, "startingTimestamp", "startingOffsetsByTimestamp", "startingOffsets")
     ending = _offset_spec(opts, "endingTimestamp", "endingOffsetsByTimestamp", "endingOffsets")
-    strategy = opts.get("startingOffsetsByTimestampStrategy", "error").strip().lower()
-    if strategy not in ("error", "latest"):
-        raise SourceOptionError(
-            f"option startingOffsetsByTimestampStrategy: {_show(opts['startingOffsetsByTimestampStrategy'])} "
-            "is not valid; valid values: error, latest"
-        )
-    max_opt = _positive(opts, "maxOffsetsPerTrigger")
-    min_opt = _positive(opts, "minOffsetsPerTrigger")
+    max_opt, min_opt = typed["maxOffsetsPerTrigger"], typed["minOffsetsPerTrigger"]
     if max_opt is not None and min_opt is not None and min_opt > max_opt:
         raise SourceOptionError(
             f"option minOffsetsPerTrigger: the value of minOffsetsPerTrigger ({min_opt}) is higher than "
             f"maxOffsetsPerTrigger ({max_opt}); it must be at most maxOffsetsPerTrigger"
         )
-    isolation = opts.get("isolationLevel", "read_uncommitted").strip().lower()
-    if isolation not in ("read_uncommitted", "read_committed"):
-        raise SourceOptionError(
-            f"option isolationLevel: {_show(opts['isolationLevel'])} is not valid; valid values: "
-            "read_uncommitted, read_committed"
-        )
-    group_id = opts.get("groupId", "").strip()
-    if group_id and not _GROUP_RE.fullmatch(group_id):
-        raise SourceOptionError(
-            f"option groupId: {_show(group_id)} is not valid; valid values: 1 to 200 characters from "
-            "[a-zA-Z0-9._-]"
-        )
-    if group_id and "groupIdPrefix" in opts:
-        log.warning("option groupIdPrefix is ignored as groupId (kafka.group.id) is set")
-    if not group_id:
-        prefix = opts.get("groupIdPrefix", DEFAULT_GROUP_ID_PREFIX).strip()
-        if not _GROUP_RE.fullmatch(prefix) or len(prefix) > 180:
-            raise SourceOptionError(
-                f"option groupIdPrefix: {_show(prefix)} is not valid; valid values: 1 to 180 characters "
-                "from [a-zA-Z0-9._-]"
-            )
-        # as Kafka's source: a group of its own for each run of a query, so that concurrent
-        # queries never overwrite each other's record (the hash says which path and subscription)
-        group_id = f"{prefix}-{uuid.uuid4().hex[:16]}-{_fingerprint(path, subscription)[:8]}"
     return SourceOptions(
         path=path,
         subscription=subscription,
         starting=starting,
         ending=ending,
-        timestamp_strategy=strategy,
-        fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+        timestamp_strategy=typed["startingOffsetsByTimestampStrategy"],
+        fail_on_data_loss=typed["failOnDataLoss"],
         max_offsets_per_trigger=max_opt,
         min_offsets_per_trigger=min_opt,
-        max_trigger_delay_ms=_duration_ms(opts, "maxTriggerDelay", 15 * 60_000),
-        min_partitions=_positive(opts, "minPartitions", int32=True),
-        max_records_per_partition=_positive(opts, "maxRecordsPerPartition"),
-        include_headers=_bool(opts, "includeHeaders", False),
-        isolation_level=isolation,
-        group_id=group_id,
-        storage_options=storage,
+        max_trigger_delay_ms=typed["maxTriggerDelay"],
+        min_partitions=typed["minPartitions"],
+        max_records_per_partition=typed["maxRecordsPerPartition"],
+        include_headers=typed["includeHeaders"],
+        isolation_level=typed["isolationLevel"],
+        group_id=_group_id(opts, path, subscription),
+        storage_options=given.storage,
         given=tuple(sorted(opts)),
     )
+
+
+def _group_id(opts: Mapping[str, str], path: str, subscription: Subscription) -> str:
+    group_id = opts.get("groupId", "").strip()
+    if group_id and not _GROUP_RE.fullmatch(group_id):
+        raise SourceOptionError(
+            f"option groupId: {show(group_id)} is not valid; valid values: 1 to 200 characters from "
+            "[a-zA-Z0-9._-]"
+        )
+    if group_id:
+        if "groupIdPrefix" in opts:
+            log.warning("option groupIdPrefix is ignored as groupId (kafka.group.id) is set")
+        return group_id
+    prefix = opts.get("groupIdPrefix", DEFAULT_GROUP_ID_PREFIX).strip()
+    if not _GROUP_RE.fullmatch(prefix) or len(prefix) > 180:
+        raise SourceOptionError(
+            f"option groupIdPrefix: {show(prefix)} is not valid; valid values: 1 to 180 characters "
+            "from [a-zA-Z0-9._-]"
+        )
+    # as Kafka's source: a group of its own for each run of a query, so that concurrent
+    # queries never overwrite each other's record (the hash says which path and subscription)
+    return f"{prefix}-{uuid.uuid4().hex[:16]}-{_fingerprint(path, subscription)[:8]}"
 
 
 def _subscription(opts: dict[str, str]) -> Subscription:
@@ -326,7 +236,7 @@ def _subscription(opts: dict[str, str]) -> Subscription:
         topics = tuple(dict.fromkeys(t.strip() for t in value.split(",") if t.strip()))
         if not topics:
             raise SourceOptionError(
-                f"option subscribe: no topics to subscribe to, as the value is {_show(value)}; valid "
+                f"option subscribe: no topics to subscribe to, as the value is {show(value)}; valid "
                 "values: comma-separated topic names"
             )
         for t in topics:
@@ -336,25 +246,25 @@ def _subscription(opts: dict[str, str]) -> Subscription:
         pattern = value.strip()
         if not pattern:
             raise SourceOptionError(
-                f"option subscribePattern: the pattern to subscribe to is empty ({_show(value)}); valid "
+                f"option subscribePattern: the pattern to subscribe to is empty ({show(value)}); valid "
                 "values: a regular expression"
             )
         try:
             compile_java(pattern)
         except JavaRegexError as e:
             raise SourceOptionError(
-                f"option subscribePattern: {_show(pattern)} is a Java regular expression (as in Spark's "
+                f"option subscribePattern: {show(pattern)} is a Java regular expression (as in Spark's "
                 f"Kafka source) that Python cannot read the same way: {e}"
             ) from None
         except re.error as e:
             raise SourceOptionError(
-                f"option subscribePattern: {_show(pattern)} is not a valid regular expression: {e}"
+                f"option subscribePattern: {show(pattern)} is not a valid regular expression: {e}"
             ) from None
         return Subscription("subscribePattern", pattern=pattern)
     text = value.strip()
     if not text.startswith("{"):
         raise SourceOptionError(
-            f"option assign: no topic-partitions to assign, as the value is {_show(value)}; valid values: "
+            f"option assign: no topic-partitions to assign, as the value is {show(value)}; valid values: "
             + OPTIONS["assign"]
         )
     doc = _json(text, "assign", OPTIONS["assign"])
@@ -364,11 +274,11 @@ def _subscription(opts: dict[str, str]) -> Subscription:
         if not isinstance(parts, list) or not all(_is_int(p) and p >= 0 for p in parts):
             raise SourceOptionError(
                 f"option assign: partitions of topic {topic!r} must be a JSON list of non-negative "
-                f"integers, got {_show(json.dumps(parts))}; valid values: {OPTIONS['assign']}"
+                f"integers, got {show(json.dumps(parts))}; valid values: {OPTIONS['assign']}"
             )
         pairs.extend((topic, int(p)) for p in parts)
     if not pairs:
-        raise SourceOptionError(f"option assign: no topic-partitions to assign in {_show(value)}")
+        raise SourceOptionError(f"option assign: no topic-partitions to assign in {show(value)}")
     return Subscription("assign", assignment=tuple(sorted(set(pairs))))
 
 
@@ -397,7 +307,7 @@ def _offset_spec(opts: dict[str, str], ts_name: str, by_ts_name: str, offsets_na
             return OffsetSpec(low, option=offsets_name)
         if not value.startswith("{"):
             raise SourceOptionError(
-                f"option {offsets_name}: {_show(value)} is not valid; valid values: {OPTIONS[offsets_name]}"
+                f"option {offsets_name}: {show(value)} is not valid; valid values: {OPTIONS[offsets_name]}"
             )
         table = _partition_map(value, offsets_name)
         for (t, p), off in table:
@@ -432,12 +342,12 @@ def _partition_map(text: str, name: str) -> tuple[tuple[TopicPartition, int], ..
             if not _is_int(v) or not -(2**63) <= v <= INT64_MAX:
                 raise SourceOptionError(
                     f"option {name}: the value for {topic}-{part} must be a 64-bit integer, got "
-                    f"{_show(json.dumps(v))}"
+                    f"{show(json.dumps(v))}"
                 )
             out.append(((topic, part), int(v)))
     if not out:
         raise SourceOptionError(
-            f"option {name}: no partitions in {_show(text)}; valid values: {OPTIONS[name]}"
+            f"option {name}: no partitions in {show(text)}; valid values: {OPTIONS[name]}"
         )
     return tuple(sorted(out))
 
@@ -450,10 +360,10 @@ def _json(text: str, name: str, valid: str) -> dict[str, Any]:
         doc = json.loads(text)
     except ValueError as e:
         raise SourceOptionError(
-            f"option {name}: {_show(text)} is not valid JSON ({e}); valid values: {valid}"
+            f"option {name}: {show(text)} is not valid JSON ({e}); valid values: {valid}"
         ) from None
     if not isinstance(doc, dict):
-        raise SourceOptionError(f"option {name}: {_show(text)} is not a JSON object; valid values: {valid}")
+        raise SourceOptionError(f"option {name}: {show(text)} is not a JSON object; valid values: {valid}")
     return doc
 
 
@@ -472,52 +382,9 @@ def _long(opts: dict[str, str], name: str) -> int:
     text = opts[name].strip()
     if not re.fullmatch(r"[+-]?\d{1,19}", text) or not -(2**63) <= int(text) <= INT64_MAX:
         raise SourceOptionError(
-            f"option {name}: {_show(opts[name])} is not a 64-bit integer; valid values: {OPTIONS[name]}"
+            f"option {name}: {show(opts[name])} is not a 64-bit integer; valid values: {OPTIONS[name]}"
         )
     return int(text)
-
-
-def _positive(opts: dict[str, str], name: str, *, int32: bool = False) -> int | None:
-    if name not in opts:
-        return None
-    text = opts[name].strip()
-    top = 2**31 - 1 if int32 else INT64_MAX
-    if not re.fullmatch(r"[+-]?\d{1,19}", text) or not 0 < int(text) <= top:
-        raise SourceOptionError(
-            f"option {name}: {_show(opts[name])} is not valid; valid values: a positive integer"
-            + (f" up to {top}" if int32 else "")
-        )
-    return int(text)
-
-
-def _bool(opts: dict[str, str], name: str, default: bool) -> bool:
-    if name not in opts:
-        return default
-    text = opts[name].strip().lower()
-    if text not in ("true", "false"):
-        raise SourceOptionError(f"option {name}: {_show(opts[name])} is not valid; valid values: true, false")
-    return text == "true"
-
-
-def _duration_ms(opts: dict[str, str], name: str, default: int) -> int:
-    if name not in opts:
-        return default
-    m = _DURATION_RE.fullmatch(opts[name])
-    if not m or int(m.group(1)) < 0:
-        raise SourceOptionError(
-            f"option {name}: {_show(opts[name])} is not a duration; valid values: a number with a unit "
-            "us, ms, s, m, min, h or d (e.g. 15m, 30s); a bare number is milliseconds"
-        )
-    return int(int(m.group(1)) * _DURATION_MS[(m.group(2) or "ms").lower()])
-
-
-def _storage_value(value: str) -> Any:
-    low = value.strip().lower()
-    return {"true": True, "false": False}.get(low, value)
-
-
-def _show(text: str, limit: int = 80) -> str:
-    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
 
 
 def _fingerprint(path: str, subscription: Subscription) -> str:

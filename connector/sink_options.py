@@ -8,13 +8,11 @@ sink contract.  The sink (:mod:`.sink`) documents both and uses them in ``make_w
 
 from __future__ import annotations
 
-import difflib
 import hashlib
-import logging
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import overload
+from typing import Any
 
 from pyspark.sql.types import (
     ArrayType,
@@ -28,59 +26,16 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from pylog.storage.codec import records
+from pylog.connector.optionspec import SINK_OPTIONS as SPECS
+from pylog.connector.optionspec import SPECIFIC, read_options
 from pylog.storage.codec.compression import codec_id
 from pylog.storage.config import LogConfig, validate_topic_name
 from pylog.storage.errors import ConfigError, SinkSchemaError
 from pylog.storage.root import publish as pub
-from pylog.storage.root.metadata import MAX_PARTITIONS
 
-log = logging.getLogger("pylog.connector")
-
-KAFKA_OPTIONS_REFUSED = {
-    "kafka.compression.type": 'would change how batches are written: use the option "compression.type"',
-    "kafka.partitioner.class": "would change which partition each record goes to: pylog partitions as "
-    "Kafka's default partitioner (murmur2 of the key); give a partition column to choose",
-    "kafka.key.serializer": "keys are written as binary (Spark's Kafka sink refuses it too)",
-    "kafka.value.serializer": "values are written as binary (Spark's Kafka sink refuses it too)",
-    "kafka.interceptor.classes": "pylog runs no producer interceptors: the records would be written "
-    "unchanged",
-}
-"""Producer options (``kafka.*``) that would change what is written: refused, naming what to do
-instead.  Every other ``kafka.*`` option (connection, security, batching, ``acks``, retries)
-has nothing to act on in pylog, whose publish is durable and exactly once: a warning."""
-
-SINK_OPTIONS = {
-    "path",
-    "topic",
-    "partitions",
-    "compression.type",
-    "batch.size",
-    "locktimeoutms",
-    "maintenance",
-    "maintenance.budgetms",
-    "directwrites",
-    "queryretentionms",
-    "checkpointlocation",
-    "queryname",
-}
-SPELLING = {
-    name.lower(): name
-    for name in (
-        "lockTimeoutMs",
-        "maintenance.budgetMs",
-        "directWrites",
-        "queryRetentionMs",
-        "checkpointLocation",
-        "queryName",
-    )
-}
-"""The documented spelling of option names (Spark hands them over lower-cased), for messages."""
+SINK_OPTIONS = frozenset(o.name.lower() for o in SPECS)
+"""The sink's options as Spark hands them over (lower-cased); declared in :mod:`.optionspec`."""
 _BINARY_OR_STRING = (BinaryType, StringType)
-
-
-def _named(key: str) -> str:
-    return SPELLING.get(key, key)
 
 
 @dataclass(frozen=True)
@@ -94,57 +49,36 @@ class SinkOptions:
     lock_timeout_s: float
     maintenance: bool
     maintenance_budget_ms: int
-    storage_options: dict[str, str] = field(default_factory=dict, repr=False)  # may hold credentials
+    storage_options: dict[str, Any] = field(default_factory=dict, repr=False)  # may hold credentials
     sink_id: str = ""  # a batch write's own id; a streaming query's pre-query-id (version 1) key
     query_retention_ms: int = pub.DEFAULT_QUERY_RETENTION_MS
     direct_writes: bool = True  # staged segments written around the page cache (local disk)
 
 
 def parse_sink_options(raw: Mapping[str, str], *, streaming: bool) -> SinkOptions:
-    opts = {str(k).lower(): str(v) for k, v in raw.items()}
+    """Validate the options of a ``pylog`` write; raises :class:`ConfigError` naming the option."""
+    valid = LogConfig.valid_keys()
+    given = read_options(
+        raw,
+        "sink",
+        extra_names=valid,
+        extra_doc=f" and Kafka topic configs ({', '.join(valid[:6])}, ...)",
+    )
+    opts = given.options
     path = opts.get("path", "").strip()
     if not path:
         raise ConfigError('option path is required: .option("path", "/data/logs") or .save("/data/logs")')
-    storage = {k[len("storage.") :]: v for k, v in opts.items() if k.startswith("storage.")}
-    topic_config: dict[str, str] = {}
-    valid = set(LogConfig.valid_keys())
-    unknown = []
-    for k, v in opts.items():
-        if k in SINK_OPTIONS or k.startswith("storage."):
-            continue
-        if k == "kafka.bootstrap.servers":
-            raise ConfigError(
-                "option kafka.bootstrap.servers: pylog has no brokers; replace it with the option path "
-                '(.option("path", "/data/logs"))'
-            )
-        if k in KAFKA_OPTIONS_REFUSED:
-            raise ConfigError(f"option {k}: {KAFKA_OPTIONS_REFUSED[k]}")
-        if k.startswith("kafka."):  # connection, security, batching, acks, retries: nothing to do
-            log.warning("Kafka producer option %s has no effect on pylog", k)
-            continue
-        if k in valid:
-            topic_config[k] = v
-        else:
-            unknown.append(k)
-    if unknown:
-        mine = ", ".join(sorted(_named(k) for k in SINK_OPTIONS - {"checkpointlocation", "queryname"}))
-        hints = [
-            f"{k} (did you mean {_named(close[0])}?)" if (close := _close(k, SINK_OPTIONS | valid)) else k
-            for k in sorted(unknown)
-        ]
-        raise ConfigError(
-            f"unknown pylog sink option(s) {', '.join(hints)}; valid: {mine}, storage.* and Kafka topic "
-            f"configs ({', '.join(sorted(valid)[:6])}, ...)"
-        )
-    LogConfig.from_dict(topic_config)  # validate now, before any byte is written
-    partitions = _int_option(opts, "partitions", 1, MAX_PARTITIONS)
+    LogConfig.from_dict(given.extra)  # validate now, before any byte is written
+    # the options of a simple type: one typed value each, by the declaration's parser
+    typed = {o.name: o.parse(opts) for o in SPECS if o.kind not in SPECIFIC}
     codec = opts.get("compression.type")
     if codec is not None:
         codec_id(codec.replace("uncompressed", "none"))
-    if streaming and not opts.get("checkpointlocation"):
+    checkpoint = opts.get("checkpointLocation")
+    if streaming and not checkpoint:
         sink_id = "q" + uuid.uuid4().hex[:20]
     else:
-        basis = opts.get("checkpointlocation") or uuid.uuid4().hex
+        basis = checkpoint or uuid.uuid4().hex
         sink_id = "q" + hashlib.sha256(basis.encode()).hexdigest()[:24]
     topic = opts.get("topic") or None
     if topic is not None:
@@ -152,55 +86,21 @@ def parse_sink_options(raw: Mapping[str, str], *, streaming: bool) -> SinkOption
             validate_topic_name(topic)
         except ConfigError as e:
             raise ConfigError(f"option topic: {e}") from None
-    maintenance, direct_writes = (_bool_option(opts, name, True) for name in ("maintenance", "directwrites"))
     return SinkOptions(
         path=path,
         topic=topic,
-        partitions=partitions,
-        topic_config=topic_config,
+        partitions=typed["partitions"],
+        topic_config=given.extra,
         codec=codec,
-        batch_bytes=_int_option(opts, "batch.size", 1 << 10, 1 << 30, records.DEFAULT_BATCH_BYTES),
-        lock_timeout_s=_int_option(opts, "locktimeoutms", 0, 1 << 40, 60_000) / 1000.0,
-        maintenance=maintenance,
-        maintenance_budget_ms=_int_option(opts, "maintenance.budgetms", 0, 1 << 40, 2000),
-        storage_options=storage,
+        batch_bytes=typed["batch.size"],
+        lock_timeout_s=typed["lockTimeoutMs"] / 1000.0,
+        maintenance=typed["maintenance"],
+        maintenance_budget_ms=typed["maintenance.budgetMs"],
+        storage_options=given.storage,
         sink_id=sink_id,
-        query_retention_ms=_int_option(opts, "queryretentionms", 0, 1 << 50, pub.DEFAULT_QUERY_RETENTION_MS),
-        direct_writes=direct_writes,
+        query_retention_ms=typed["queryRetentionMs"],
+        direct_writes=typed["directWrites"],
     )
-
-
-def _close(key: str, names: set[str]) -> list[str]:
-    return difflib.get_close_matches(key, sorted(names), n=1, cutoff=0.8)
-
-
-def _bool_option(opts: Mapping[str, str], name: str, default: bool) -> bool:
-    if name not in opts:
-        return default
-    value = opts[name].strip().lower()
-    if value not in ("true", "false"):
-        raise ConfigError(f"option {_named(name)}: {opts[name]!r} is not valid; valid values: true, false")
-    return value == "true"
-
-
-@overload
-def _int_option(opts: Mapping[str, str], name: str, lo: int, hi: int) -> int | None: ...
-@overload
-def _int_option(opts: Mapping[str, str], name: str, lo: int, hi: int, default: int) -> int: ...
-def _int_option(
-    opts: Mapping[str, str], name: str, lo: int, hi: int, default: int | None = None
-) -> int | None:
-    if name not in opts:
-        return default
-    try:
-        v = int(opts[name])
-    except ValueError:
-        raise ConfigError(
-            f"option {_named(name)}: {opts[name]!r} is not an integer; expected {lo}..{hi}"
-        ) from None
-    if not lo <= v <= hi:
-        raise ConfigError(f"option {_named(name)}: {v} is out of range; expected {lo}..{hi}")
-    return v
 
 
 def check_schema(schema: StructType, opts: SinkOptions) -> None:

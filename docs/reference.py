@@ -5,8 +5,8 @@
     python docs/reference.py --check README.md   # exit 1 if README.md is out of date (a test runs it)
 
 A generated block sits between ``<!-- reference:NAME -->`` and ``<!-- /reference:NAME -->``.
-The tables come from ``pylog.connector.options.OPTIONS`` (source options and their values),
-``pylog.connector.sink_options.SINK_OPTIONS`` (sink options),
+The tables come from the declarations of ``pylog.connector.optionspec`` (``SOURCE_OPTIONS``,
+``SINK_OPTIONS``: the source's and sink's options, their defaults and values),
 ``pylog.storage.backends.objectstore.PYLOG_OPTIONS`` (pylog's own storage options of object-store
 roots), ``LogConfig`` (topic configs, defaults and
 broker synonyms), ``CleanerConfig`` (the cleaner settings, and which of them have no effect) and
@@ -22,56 +22,45 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pylog.cli import COMMANDS
-from pylog.connector.options import DEFAULT_GROUP_ID_PREFIX, OPTIONS, parse_options
-from pylog.connector.sink_options import SINK_OPTIONS, SPELLING, parse_sink_options
+from pylog.connector.options import DEFAULT_GROUP_ID_PREFIX, parse_options
+from pylog.connector.optionspec import SINK_OPTIONS, SOURCE_OPTIONS, SPECIFIC, Option
+from pylog.connector.sink_options import parse_sink_options
 from pylog.storage.backends.objectstore import PYLOG_OPTIONS, ObjectStore
 from pylog.storage.codec import records
 from pylog.storage.config import CleanerConfig, LogConfig
 
 # ---------------------------------------------------------------------------------------------
-# Source options: the default of each option in OPTIONS (checked in _check_source_defaults)
-
-SOURCE_DEFAULTS: dict[str, str] = {
-    "path": "required (or `.load(path)`)",
-    "subscribe": "one of `subscribe`, `subscribePattern`, `assign` is required",
-    "subscribePattern": "",
-    "assign": "",
-    "startingOffsets": "`latest` for streams, `earliest` for batch reads",
-    "endingOffsets": "`latest`",
-    "startingTimestamp": "none",
-    "startingOffsetsByTimestamp": "none",
-    "startingOffsetsByTimestampStrategy": "`error`",
-    "endingTimestamp": "none",
-    "endingOffsetsByTimestamp": "none",
-    "failOnDataLoss": "`true`",
-    "maxOffsetsPerTrigger": "none (everything available)",
-    "minOffsetsPerTrigger": "none",
-    "maxTriggerDelay": "`15m`",
-    "minPartitions": "none (one Spark partition per topic-partition)",
-    "maxRecordsPerPartition": "none",
-    "includeHeaders": "`false`",
-    "isolationLevel": "`read_uncommitted`",
-    "groupId": f"`{DEFAULT_GROUP_ID_PREFIX}-<random id of the run>-<hash of path and subscription>`",
-    "groupIdPrefix": f"`{DEFAULT_GROUP_ID_PREFIX}`",
-    "kafkaConsumer.pollTimeoutMs": "",
-    "fetchOffset.numRetries": "",
-    "fetchOffset.retryIntervalMs": "",
-}
-SOURCE_NOTES: dict[str, str] = {
-    "path": " with `storage.*` options for object stores",
-    "isolationLevel": " (also `kafka.isolation.level`)",
-    "groupId": " (also `kafka.group.id`)",
-}
+# Source and sink options: from their declarations (connector/optionspec.py).  A declared default
+# the parser uses is checked against the default the README shows.
 
 
-def _check_source_defaults() -> None:
-    missing = sorted(set(OPTIONS) ^ set(SOURCE_DEFAULTS))
-    if missing:
-        raise SystemExit(f"docs/reference.py: SOURCE_DEFAULTS and options.OPTIONS differ on {missing}")
-    o = parse_options({"path": "/data/logs", "subscribe": "events"})
-    facts = {
+def _check_defaults(side: str, specs: tuple[Option, ...], parsed: object) -> None:
+    """Each option's parsed default (the field it sets on ``parsed``) is the declared one, and the
+    README's default column shows it."""
+    wrong = []
+    for o in specs:
+        if o.kind in SPECIFIC or o.default is None:
+            continue
+        shown = str(o.default).lower() if isinstance(o.default, bool) else str(o.default)
+        if o.kind == "duration":
+            shown = {15 * 60_000: "15m"}.get(o.default, shown)
+        if f"`{shown}`" not in o.shown_default:
+            wrong.append(o.name)
+    if wrong:
+        raise SystemExit(
+            f"docs/reference.py: the README's {side} defaults of {wrong} are not the declared ones"
+        )
+    facts = _PARSED_DEFAULTS[side](parsed)
+    wrong = [name for name, ok in facts.items() if not ok]
+    if wrong:
+        raise SystemExit(f"docs/reference.py: the declared {side} defaults of {wrong} are not the parser's")
+
+
+_PARSED_DEFAULTS: dict[str, Callable[[Any], dict[str, bool]]] = {
+    "source": lambda o: {
         "startingOffsets": o.starting is None,  # resolved per query kind: latest (stream), earliest (batch)
         "endingOffsets": o.ending is None,
         "startingOffsetsByTimestampStrategy": o.timestamp_strategy == "error",
@@ -84,17 +73,30 @@ def _check_source_defaults() -> None:
         "includeHeaders": o.include_headers is False,
         "isolationLevel": o.isolation_level == "read_uncommitted",
         "groupId": o.group_id.startswith(DEFAULT_GROUP_ID_PREFIX + "-"),
-    }
-    wrong = [name for name, ok in facts.items() if not ok]
-    if wrong:
-        raise SystemExit(f"docs/reference.py: the documented defaults of {wrong} are not the parser's")
+    },
+    "sink": lambda o: {
+        "topic": o.topic is None,
+        "partitions": o.partitions is None,
+        "compression.type": o.codec is None,
+        "batch.size": o.batch_bytes == records.DEFAULT_BATCH_BYTES == 1 << 20,
+        "lockTimeoutMs": o.lock_timeout_s == 60.0,
+        "maintenance": o.maintenance is True,
+        "maintenance.budgetMs": o.maintenance_budget_ms == 2000,
+        "directWrites": o.direct_writes is True,
+        "queryRetentionMs": o.query_retention_ms == 7 * 24 * 3600 * 1000,
+    },
+}
+
+GROUP_ID_DEFAULT = f"`{DEFAULT_GROUP_ID_PREFIX}-<random id of the run>-<hash of path and subscription>`"
 
 
 def source_options() -> str:
-    _check_source_defaults()
+    _check_defaults("source", SOURCE_OPTIONS, parse_options({"path": "/data/logs", "subscribe": "events"}))
+    shown = {"groupId": GROUP_ID_DEFAULT, "groupIdPrefix": f"`{DEFAULT_GROUP_ID_PREFIX}`"}
     rows = ["| option | default | values |", "|---|---|---|"]
-    for name, values in OPTIONS.items():
-        rows.append(f"| `{name}` | {SOURCE_DEFAULTS[name]} | {_cell(values)}{SOURCE_NOTES.get(name, '')} |")
+    for o in SOURCE_OPTIONS:
+        default = shown.get(o.name, o.shown_default)
+        rows.append(f"| `{o.name}` | {default} | {_cell(o.values)}{o.note} |")
     rows.append(f"| `storage.*` | | {STORAGE_PREFIX_DOC} |")
     return "\n".join(rows)
 
@@ -106,89 +108,10 @@ STORAGE_PREFIX_DOC = (
 )
 
 
-# ---------------------------------------------------------------------------------------------
-# Sink options (checked in _check_sink_defaults against SINK_OPTIONS and parse_sink_options)
-
-SINK_DOCS: dict[str, tuple[str, str]] = {
-    "path": (
-        "required (or `.save(path)`)",
-        "the pylog root (created if missing): a local path, or an object-store URL (`s3://bucket/prefix`) "
-        "with `storage.*` options",
-    ),
-    "topic": (
-        "the `topic` column",
-        "the topic every row goes to; overrides the `topic` column (one of the two is required)",
-    ),
-    "partitions": (
-        "none (the topic must exist)",
-        "create the `topic` with this many partitions if it does not exist",
-    ),
-    "compression.type": (
-        "the topic's `compression.type` (`producer`: none)",
-        "`none`, `gzip`, `snappy`, `lz4` or `zstd`",
-    ),
-    "batch.size": (f"`{records.DEFAULT_BATCH_BYTES}` (1 MiB)", "target bytes per record batch, 1024 to 2^30"),
-    "lockTimeoutMs": ("`60000`", "how long a commit waits for another writer of the root to finish"),
-    "maintenance": (
-        "`true`",
-        "run retention and compaction on the partitions written after each commit",
-    ),
-    "maintenance.budgetMs": ("`2000`", "time budget of that maintenance per commit"),
-    "directWrites": (
-        "`true`",
-        "on local disk, write tasks' staged segments around the page cache (`O_DIRECT`); `false` "
-        "writes them through it, so that consumers reading the topic right after each commit read "
-        "from memory instead of the disk",
-    ),
-    "queryRetentionMs": (
-        "`604800000` (7 days)",
-        "how long the root remembers a streaming query that stopped committing (its last batch id, "
-        "to skip replays); a query restarted later from its checkpoint writes a replayed batch again",
-    ),
-    "checkpointLocation": (
-        "Spark's",
-        "Spark's option (or `spark.sql.streaming.checkpointLocation` with `queryName`): the "
-        "checkpoint keeps the query id that is the exactly-once identity of a streaming write; a "
-        "new or reset checkpoint is a new query",
-    ),
-    "queryName": ("", "Spark's option, accepted"),
-}
-
-
-def _check_sink_defaults() -> None:
-    documented = {k.lower() for k in SINK_DOCS}
-    if documented != set(SINK_OPTIONS):
-        raise SystemExit(
-            f"docs/reference.py: SINK_DOCS and connector/sink_options.SINK_OPTIONS differ on "
-            f"{sorted(documented ^ set(SINK_OPTIONS))}"
-        )
-    spelled = {k for k in SINK_DOCS if k != k.lower()}
-    if spelled != set(SPELLING.values()):
-        raise SystemExit(
-            "docs/reference.py: the option names SINK_DOCS spells in mixed case and "
-            f"connector/sink_options.SPELLING differ on {sorted(spelled ^ set(SPELLING.values()))}"
-        )
-    o = parse_sink_options({"path": "/data/logs"}, streaming=False)
-    facts = {
-        "topic": o.topic is None,
-        "partitions": o.partitions is None,
-        "compression.type": o.codec is None,
-        "batch.size": o.batch_bytes == records.DEFAULT_BATCH_BYTES == 1 << 20,
-        "lockTimeoutMs": o.lock_timeout_s == 60.0,
-        "maintenance": o.maintenance is True,
-        "maintenance.budgetMs": o.maintenance_budget_ms == 2000,
-        "directWrites": o.direct_writes is True,
-        "queryRetentionMs": o.query_retention_ms == 7 * 24 * 3600 * 1000,
-    }
-    wrong = [name for name, ok in facts.items() if not ok]
-    if wrong:
-        raise SystemExit(f"docs/reference.py: the documented sink defaults of {wrong} are not the parser's")
-
-
 def sink_options() -> str:
-    _check_sink_defaults()
+    _check_defaults("sink", SINK_OPTIONS, parse_sink_options({"path": "/data/logs"}, streaming=False))
     rows = ["| option | default | meaning |", "|---|---|---|"]
-    rows += [f"| `{name}` | {default} | {_cell(text)} |" for name, (default, text) in SINK_DOCS.items()]
+    rows += [f"| `{o.name}` | {o.shown_default} | {_cell(o.about)} |" for o in SINK_OPTIONS]
     rows.append(f"| `storage.*` | | {STORAGE_PREFIX_DOC} |")
     rows.append(
         "| any topic config (`cleanup.policy`, `segment.bytes`, ...) | Kafka's | used when the sink "

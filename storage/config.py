@@ -38,6 +38,9 @@ __all__ = [
     "MAX_TOPIC_NAME_LENGTH",
     "CleanerConfig",
     "LogConfig",
+    "parse_bool",
+    "parse_integer",
+    "show",
     "validate_topic_name",
 ]
 
@@ -52,7 +55,7 @@ _FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _LIST_SPLIT_RE = re.compile(r"\s*,\s*")
 
 
-def _show(value: object, limit: int = 80) -> str:
+def show(value: object, limit: int = 80) -> str:
     """``repr`` of a value, shortened so an error message stays readable."""
     text = repr(value)
     return text if len(text) <= limit else f"{text[: limit - 3]}... ({len(text)} characters)"
@@ -66,30 +69,32 @@ def validate_topic_name(name: str) -> str:
     partition directory ``<topic>-<partition>`` inside the root.
     """
     if not isinstance(name, str):
-        raise ConfigError(f"topic name must be a string, got {type(name).__name__} {_show(name)}")
+        raise ConfigError(f"topic name must be a string, got {type(name).__name__} {show(name)}")
     if not name:
         raise ConfigError("topic name is illegal: it can't be empty")
     if name in (".", ".."):
         raise ConfigError(f"topic name {name!r} is illegal: it can't be '.' or '..'")
     if len(name) > MAX_TOPIC_NAME_LENGTH:
         raise ConfigError(
-            f"topic name {_show(name)} is illegal: it can't be longer than {MAX_TOPIC_NAME_LENGTH} "
+            f"topic name {show(name)} is illegal: it can't be longer than {MAX_TOPIC_NAME_LENGTH} "
             f"characters (it has {len(name)})"
         )
     if not _TOPIC_RE.fullmatch(name):
         bad = sorted({c for c in name if not _TOPIC_RE.fullmatch(c)})
         raise ConfigError(
-            f"topic name {_show(name)} is illegal: it contains {', '.join(map(repr, bad))}; only ASCII "
+            f"topic name {show(name)} is illegal: it contains {', '.join(map(repr, bad))}; only ASCII "
             "letters, digits, '.', '_' and '-' are allowed"
         )
     return name
 
 
 # ---------------------------------------------------------------------------------------------
-# Value parsing (each parser raises ValueError; callers turn it into a ConfigError naming the key)
+# Value parsing (each parser raises ValueError; callers turn it into a ConfigError naming the key).
+# The typed values of every option pylog takes: topic configs here, the Spark source's and sink's
+# options (pylog.connector.optionspec), the CLI's arguments.
 
 
-def _parse_integer(value: object) -> int:
+def parse_integer(value: object) -> int:
     if isinstance(value, bool):
         raise ValueError("a bool is not an integer")
     if isinstance(value, numbers.Integral):
@@ -102,7 +107,7 @@ def _parse_integer(value: object) -> int:
         text = value.strip()
         if _INT_RE.fullmatch(text):
             if len(text.lstrip("+-").lstrip("0")) > 20:  # beyond int64; Python refuses very long ones
-                raise ValueError(f"{_show(text)} is out of range")
+                raise ValueError(f"{show(text)} is out of range")
             return int(text)
         raise ValueError(f"{text!r} is not an integer literal")
     raise ValueError(f"type {type(value).__name__} is not an integer")
@@ -125,7 +130,7 @@ def _parse_double(value: object) -> float:
     return result
 
 
-def _parse_bool(value: object) -> bool:
+def parse_bool(value: object) -> bool:
     if isinstance(value, bool):
         return value
     if isinstance(value, str):
@@ -200,7 +205,7 @@ class _Spec:
         try:
             result: object
             if self.kind == "int":
-                result = _parse_integer(value)
+                result = parse_integer(value)
                 if not self.in_range(result):
                     raise ValueError(f"{result} is out of range")
             elif self.kind == "double":
@@ -208,7 +213,7 @@ class _Spec:
                 if not self.in_range(result):
                     raise ValueError(f"{result} is out of range")
             elif self.kind == "bool":
-                result = _parse_bool(value)
+                result = parse_bool(value)
             elif self.kind == "string":
                 result = _parse_string(value)
                 if result not in self.choices:
@@ -220,7 +225,7 @@ class _Spec:
                     raise ValueError(f"{', '.join(map(repr, bad))} not valid")
                 result = tuple(sorted(set(items)))
         except ValueError as e:
-            raise ConfigError(f"invalid value {_show(value)} for {key}: expected {self.expected()}") from e
+            raise ConfigError(f"invalid value {show(value)} for {key}: expected {self.expected()}") from e
         return result
 
     def coerce_synonym(self, syn: _Synonym, value: object) -> object:
@@ -228,12 +233,12 @@ class _Spec:
             return self.coerce(value, syn.key)
         unit = {1: "", 60_000: " (minutes)", 3_600_000: " (hours)"}[syn.factor]
         try:
-            number = _parse_integer(value)
+            number = parse_integer(value)
             if not syn.lo <= number <= syn.hi:
                 raise ValueError(f"{number} is out of range")
         except ValueError as e:
             raise ConfigError(
-                f"invalid value {_show(value)} for {syn.key}: expected an integer in "
+                f"invalid value {show(value)} for {syn.key}: expected an integer in "
                 f"[{syn.lo}, {syn.hi}]{unit}"
             ) from e
         millis = number * syn.factor
@@ -302,7 +307,7 @@ class _ConfigBase:
             return start
         bad_keys = [k for k in props if not isinstance(k, str)]
         if bad_keys:
-            raise ConfigError(f"config keys must be strings, got {', '.join(map(_show, bad_keys))}")
+            raise ConfigError(f"config keys must be strings, got {', '.join(map(show, bad_keys))}")
         valid = cls.valid_keys()
         unknown = sorted(set(props) - set(valid))
         if unknown:

@@ -47,13 +47,13 @@ def test_options_and_sink_identity(tmp_path: Path) -> None:
     assert a.partitions == 2 and a.topic_config == {"cleanup.policy": "compact"} and a.codec == "zstd"
     with pytest.raises(ConfigError, match="path is required"):
         parse_sink_options({}, streaming=True)
-    with pytest.raises(ConfigError, match="unknown pylog sink option"):
+    with pytest.raises(ConfigError, match="unknown option .* for the pylog sink"):
         opts(tmp_path, kafkaBootstrap="x")
-    with pytest.raises(ConfigError, match=r"directwrite \(did you mean directWrites\?\)"):
+    with pytest.raises(ConfigError, match=r"'directWrite' \(did you mean directWrites\?\)"):
         opts(tmp_path, directWrite="false")  # a typo gets the documented spelling of the option
     with pytest.raises(ConfigError, match=r"option lockTimeoutMs: 'soon'"):
         opts(tmp_path, lockTimeoutMs="soon")  # (Spark lower-cases option names; messages do not)
-    with pytest.raises(ConfigError, match="replace it with the option path"):
+    with pytest.raises(ConfigError, match="with the option path"):
         opts(tmp_path, **{"kafka.bootstrap.servers": "h:9092"})
     assert opts(tmp_path, **{"kafka.acks": "all"}).topic == "t"  # producer settings: ignored, warned
     zero = opts(tmp_path, lockTimeoutMs="0", **{"maintenance.budgetMs": "0"})

@@ -171,7 +171,8 @@ BAD = [
     # unknown options and Kafka's unsupported configs
     (
         {"startingOffset": "earliest"},
-        "unknown option 'startingoffset' for the pylog source; valid options: path",
+        r"unknown option 'startingoffset' \(did you mean startingOffsets\?\) for the pylog source; "
+        "valid options: path",
     ),
     ({"kafka.bootstrap.servers": "h:9092"}, "replace kafka.bootstrap.servers .* with the option path"),
     ({"kafka.auto.offset.reset": "earliest"}, "'auto.offset.reset' is not supported; set the source option"),

@@ -160,7 +160,7 @@ SINK_BAD: list[tuple[str, dict[str, str | None], str]] = [
     ("topic config", {"retention.ms": "forever"}, "retention.ms"),
     ("topic config", {"min.cleanable.dirty.ratio": "2"}, "min.cleanable.dirty.ratio"),
     ("unknown", {"kafka.bootstrap.servers": "h:9092"}, "pylog has no brokers"),
-    ("unknown", {"acks": "all"}, "unknown pylog sink option"),
+    ("unknown", {"acks": "all"}, "unknown option 'acks' for the pylog sink"),
 ]
 SINK_ANY_VALUE = {"checkpointlocation", "queryname"}  # Spark's own options: any string is valid
 
