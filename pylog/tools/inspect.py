@@ -19,6 +19,8 @@ from pylog.storage.codec import records
 from pylog.storage.errors import PylogError, UnknownTopicError
 from pylog.storage.maintenance.cleanable import log_to_clean
 from pylog.storage.partition import checkpoint as ckpt
+from pylog.storage.partition import layout
+from pylog.storage.partition.segment import LogSegment
 from pylog.storage.root import publish as pub
 from pylog.storage.root.consumers import consumer_lag, read_consumer_offsets
 from pylog.storage.root.manager import CLEAN_SHUTDOWN, Root, partition_dir
@@ -244,11 +246,11 @@ def verify(
             key = (topic, p)
             compacted = root.config(topic).compact or key in checkpoints[ckpt.CLEANER_OFFSET]
             walk = _Walk(lg.segments[-1].base_offset if compacted else -1)
-            for seg in lg.segments:
+            for i, seg in enumerate(lg.segments):
                 if progress:
                     progress(seg.log_path)
                 counts["segments"] += 1
-                _verify_segment(root, seg, walk, problems, counts)
+                _verify_segment(root, lg.segments[i - 1] if i else None, seg, walk, problems, counts)
             _verify_ends(d, walk, lg.segments[-1], key, high_watermarks, checkpoints, problems)
     return problems, counts
 
@@ -261,8 +263,6 @@ class _Walk:
     """Offsets below it may be missing (removed by compaction); -1: none may."""
     last: int = -1
     """The last offset of the batches checked so far (-1: none yet)."""
-    file: str | None = None
-    """The segment holding it."""
     end: int = 0
     """The log end so far: after the last batch, or the base of an empty newest segment."""
 
@@ -272,27 +272,28 @@ class _Walk:
 
 
 def _verify_segment(
-    root: Root, seg: Any, walk: _Walk, problems: list[Problem], counts: dict[str, int]
+    root: Root,
+    prev: LogSegment | None,
+    seg: LogSegment,
+    walk: _Walk,
+    problems: list[Problem],
+    counts: dict[str, int],
 ) -> None:
+    """The batches of ``seg`` (``prev``: the segment before it) and its indexes; the checks
+    between segments and of a segment's name are those of :mod:`~pylog.storage.partition.layout`
+    that writers and readers make."""
     path = seg.log_path
-    if walk.file is not None and seg.base_offset <= walk.last:
-        problems.append(
-            Problem(
-                path,
-                f"its base offset {seg.base_offset} is at or below offset {walk.last}, held by "
-                f"{walk.file}: the segments overlap",
-                "overlap",
-            )
-        )
-    elif walk.file is not None and walk.gap(walk.last + 1, seg.base_offset):
-        problems.append(
-            Problem(
-                path,
-                f"offsets {walk.last + 1}..{seg.base_offset - 1} are missing: {walk.file} ends at offset "
-                f"{walk.last} and {path} starts at {seg.base_offset} (a missing or truncated segment)",
-                "missing",
-            )
-        )
+    if prev is not None:
+        overlap = layout.overlap_problem(prev, seg)
+        if overlap is not None:
+            problems.append(Problem(path, overlap, "overlap"))
+        elif seg.base_offset > walk.gaps_below:  # offsets below it may not be missing
+            hole = layout.hole_problem(prev, seg)
+            if hole is not None:
+                problems.append(Problem(path, hole, "missing"))
+    misnamed = layout.misnamed_problem(root.storage, seg.base_offset, path, seg.size)
+    if misnamed is not None:
+        problems.append(Problem(path, misnamed, "misnamed"))
     expected = seg.base_offset  # the first offset the next batch should have
     first = True
     end = 0
@@ -324,19 +325,10 @@ def _verify_segment(
         counts["batches"] += len(h)
         counts["records"] += len(rs)
         counts["bytes"] += int(h.size.sum())
-        misnamed = first and int(h.base_offset[0]) < seg.base_offset
-        if misnamed:
-            problems.append(
-                Problem(
-                    path,
-                    f"its first batch starts at offset {int(h.base_offset[0])}, below {seg.base_offset}, "
-                    "the base offset its file name says (the segment was renamed or copied)",
-                    "misnamed",
-                )
-            )
         # the offset each batch must follow: the previous batch's last, and for the first batch of a
         # segment also its base offset (a misnamed one is reported above: compared with the batches)
-        before = walk.last if misnamed or not first else max(walk.last, expected - 1)
+        below = first and int(h.base_offset[0]) < seg.base_offset
+        before = walk.last if below or not first else max(walk.last, expected - 1)
         prevs = np.concatenate([[before], h.last_offset[:-1]])
         bad = np.nonzero(h.base_offset <= prevs)[0]
         if bad.size:
@@ -363,7 +355,7 @@ def _verify_segment(
                     )
                 )
                 break
-        walk.last, walk.file = int(h.last_offset[-1]), path
+        walk.last = int(h.last_offset[-1])
         expected = walk.last + 1
         end = int(h.position[-1] + h.size[-1])
         first = False
@@ -381,7 +373,7 @@ def _verify_segment(
 def _verify_ends(
     directory: str,
     walk: _Walk,
-    active: Any,
+    active: LogSegment,
     key: tuple[str, int],
     high_watermarks: dict[tuple[str, int], int],
     checkpoints: dict[str, dict[tuple[str, int], int]],
@@ -412,7 +404,7 @@ def _verify_ends(
         )
 
 
-def _verify_indexes(storage: LocalStorage, seg: Any) -> list[Problem]:
+def _verify_indexes(storage: LocalStorage, seg: LogSegment) -> list[Problem]:
     """Index entries checked against the log with the dump tool's --verify-index-only."""
     from pylog.tools.dump import dump
 
