@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import json
 import struct
 import subprocess
 import sys
@@ -89,6 +91,52 @@ def test_bad_arguments(argv: list[str], message: str, capsys: pytest.CaptureFixt
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("argv", "usage", "message"),
+    [
+        (["dump", "--files", "x.log", "--bogus"], "usage: pylog dump ", "unrecognized arguments: --bogus"),
+        (["dump", "--bad"], "usage: pylog dump ", "the following arguments are required: --files"),
+        (["describe", "/tmp", "--bogus"], "usage: pylog describe ", "unrecognized arguments: --bogus"),
+        (["--bogus", "dump", "--files", "x.log"], "usage: pylog [-h]", "unrecognized arguments: --bogus"),
+    ],
+)
+def test_an_unknown_argument_shows_the_usage_it_belongs_to(
+    argv: list[str], usage: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(usage) and message in err, err
+
+
+def test_dump_json_and_directories(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``pylog dump --json --files DIR``: one JSON object for the segment files of a partition
+    directory; a file of another kind is an error naming it (exit status 1)."""
+    part = tmp_path / "t-0"
+    part.mkdir()
+    log = segment(part)
+    (part / "leader-epoch-checkpoint").write_text("0\n0\n")  # not a segment file: left out
+    assert cli.main(["dump", "--json", "--files", str(part), "--deep-iteration"]) == 0
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert (err, doc["ok"], doc["problems"]) == ("", True, [])
+    assert [f["file"] for f in doc["files"]] == [str(log), str(log.with_suffix(".index"))]
+    assert [r["offset"] for r in doc["files"][0]["batches"][0]["records"]] == [5, 6, 7]
+    assert doc["files"][1]["entries"] == [{"offset": 7, "position": 0}]
+    notes = part / "leader-epoch-checkpoint"
+    assert cli.main(["dump", "--json", "--files", str(notes)]) == 1
+    (only,) = json.loads(capsys.readouterr().out)["files"]
+    assert only["errors"][0].startswith(f"{notes}: not a segment file")
+
+
+def test_every_command_but_serve_takes_json() -> None:
+    """--json on every command (``serve`` logs JSON lines with --log-format json instead)."""
+    for cmd in cli.COMMANDS.values():
+        parser = argparse.ArgumentParser(prog=f"pylog {cmd.name}")
+        cmd.build(parser)
+        options = {o for action in parser._actions for o in action.option_strings}
+        assert ("--json" in options) == (cmd.name != "serve"), cmd.name
+
+
 def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main([]) == 2
     assert "dump" in capsys.readouterr().err
@@ -124,6 +172,7 @@ def test_registry_builds_one_function_per_command() -> None:
         cli.command("dump", "again")(dump_command)
 
 
+@pytest.mark.subprocess
 def test_console_entry_point(tmp_path: Path) -> None:
     log = segment(tmp_path)
     proc = subprocess.run(
@@ -155,6 +204,7 @@ def test_repeated_files_option_accumulates(tmp_path: Path, capsys: pytest.Captur
     assert capsys.readouterr().out.splitlines() == [f"Dumping {index}", f"Dumping {index}"]
 
 
+@pytest.mark.subprocess
 def test_torn_broker_segment_dumps_with_exit_0_and_verify_fails(tmp_path: Path) -> None:
     """A segment a broker wrote, its last batch torn (as a crash leaves it), in a Kafka log
     directory: ``pylog dump`` prints the complete batches and Kafka's ``Found N invalid bytes``
@@ -183,6 +233,7 @@ def test_torn_broker_segment_dumps_with_exit_0_and_verify_fails(tmp_path: Path) 
     assert "30 invalid bytes at the end of the log" in verified.stdout
 
 
+@pytest.mark.subprocess
 def test_a_reader_that_stops_early_is_not_an_error_of_the_file(tmp_path: Path) -> None:
     """``pylog dump ... | head``: the closed pipe ends the dump quietly; it is not reported as a
     problem of the segment being dumped (it used to print "<file>: Broken pipe")."""

@@ -45,7 +45,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Runner]]:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     runners: dict[str, Runner] = {}
     for cmd in COMMANDS.values():
-        runners[cmd.name] = cmd.build(sub.add_parser(cmd.name, help=cmd.help, description=cmd.description))
+        subparser = sub.add_parser(cmd.name, help=cmd.help, description=cmd.description)
+        subparser.set_defaults(subparser=subparser)  # its usage, for the arguments it does not take
+        runners[cmd.name] = cmd.build(subparser)
     return parser, runners
 
 
@@ -54,6 +56,17 @@ def _version() -> str:
         return importlib.metadata.version("pylog")
     except importlib.metadata.PackageNotFoundError:  # run from a source tree without an install
         return "unknown"
+
+
+def _parser_of(
+    arg: str, args: argparse.Namespace, parser: argparse.ArgumentParser, argv: list[str]
+) -> argparse.ArgumentParser:
+    """The parser whose usage goes with ``arg``, an argument nobody took: the subcommand's when
+    it comes after the subcommand's name, ``pylog``'s before."""
+    sub: argparse.ArgumentParser | None = getattr(args, "subparser", None)
+    if sub is None or args.command not in argv or arg in argv[: argv.index(args.command)]:
+        return parser
+    return sub
 
 
 SIGPIPE_STATUS = 128 + 13
@@ -65,7 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     """Run ``pylog``; returns the exit status (2 for bad arguments, as argparse does)."""
     parser, runners = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:  # reported with the usage of the subcommand given them, as its own errors are
+            _parser_of(unknown[0], args, parser, sys.argv[1:] if argv is None else argv).error(
+                f"unrecognized arguments: {' '.join(unknown)}"
+            )
     except SystemExit as e:  # --help, or an argument error argparse has already reported
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     if args.command is None:

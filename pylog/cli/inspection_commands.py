@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from pylog.cli.progress import ItemProgress
 from pylog.cli.registry import (
@@ -27,12 +26,14 @@ from pylog.tools.inspect import describe, format_describe, problems_as_json, ver
     "dump",
     "print the contents of segment files, as kafka-dump-log.sh does",
     "Print .log, .index, .timeindex and .txnindex files in the output format of Kafka's "
-    "kafka-dump-log.sh (DumpLogSegments), and verify indexes against their .log. "
+    "kafka-dump-log.sh (DumpLogSegments), and verify indexes against their .log. A directory "
+    "stands for its segment files (a partition directory, in offset order) or for those of its "
+    "partition directories (a log directory); ROOT/TOPIC for those of the topic's partitions. "
     "Exit status 0 when every file was dumped, as kafka-dump-log.sh, also with batches whose CRC "
     "does not match (isvalid: false) or invalid bytes at the end of a .log (printed as 'Found N "
-    "invalid bytes at the end of FILE'); 1 if a file is missing, unreadable or has a corrupt "
-    "entry, or an index fails its sanity check or does not match its .log; 2 for bad arguments. "
-    "'pylog verify' fails on every problem.",
+    "invalid bytes at the end of FILE'); 1 if a file is missing, unreadable, not a segment file "
+    "or has a corrupt entry, or an index fails its sanity check or does not match its .log; 2 for "
+    "bad arguments. 'pylog verify' fails on every problem.",
 )
 def dump_command(parser: argparse.ArgumentParser) -> Runner:
     parser.add_argument(
@@ -41,7 +42,7 @@ def dump_command(parser: argparse.ArgumentParser) -> Runner:
         action="extend",
         nargs="+",
         metavar="FILE",
-        help="the segment files to dump (space or comma separated)",
+        help="the segment files to dump (space or comma separated), or directories of them",
     )
     parser.add_argument(
         "--print-data-log",
@@ -80,11 +81,17 @@ def dump_command(parser: argparse.ArgumentParser) -> Runner:
         action="store_true",
         help="with --print-data-log, print only keys and payloads",
     )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object: per file its batches (with their records), index entries and "
+        "errors, under Kafka's field names; then the problems found",
+    )
 
     def run(args: argparse.Namespace) -> int:
         files = [f for arg in args.files for f in arg.split(",") if f]
         if not files:
-            print("pylog dump: error: --files names no file", file=sys.stderr)
+            fail("dump", "--files names no file")
             return 2
         return dump(
             files,
@@ -95,6 +102,7 @@ def dump_command(parser: argparse.ArgumentParser) -> Runner:
             max_bytes=args.max_bytes,
             max_message_size=args.max_message_size,
             skip_record_metadata=args.skip_record_metadata,
+            as_json=args.json,
         )
 
     return run

@@ -3,22 +3,28 @@
 Output follows Kafka's ``core/src/main/scala/kafka/tools/DumpLogSegments.scala`` line for
 line (index mismatches go to stderr after all files, as there).  Where Kafka would die with a
 stack trace (a corrupt entry, a missing file, a failed sanity check) one line naming the file
-goes to stderr and the next file is dumped.  Not supported: producer ``.snapshot`` and KRaft
-``.checkpoint`` files (ignored as unknown), decoder classes, and the JSON form of KRaft
-control records (printed as ``controlType: NAME(id)``).
+goes to stderr and the next file is dumped.  A file of another kind is such an error too (Kafka
+ignores it).  Not supported: producer ``.snapshot`` and KRaft ``.checkpoint`` files, decoder
+classes, and the JSON form of KRaft control records (printed as ``controlType: NAME(id)``).
 
-This module reads the files, checks indexes against their ``.log`` and collects the problems;
-the lines printed for the batches and records of a ``.log`` are made by
+Beyond Kafka's tool: a directory stands for the segment files in it (a partition directory), or
+in its partition directories (a topic's, named ``<dir>/<topic>``, or a whole log directory);
+with ``as_json`` the same content is one JSON object (:class:`_Report`).
+
+This module finds the files, reads them, checks indexes against their ``.log`` and collects the
+problems; the fields of the batches and records of a ``.log`` and their lines are made by
 :mod:`pylog.tools.dump_lines`.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -33,13 +39,18 @@ from pylog.tools.dump_lines import (
     INT32_MAX,
     Chunks,
     OffsetTracker,
+    batch_fields,
     batch_line,
-    record_lines,
+    record_fields,
+    record_line,
     scan_log,
 )
 
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
 _NUMERIC = re.compile(r"[+-]?\d+")
+SUFFIXES = (".log", ".index", ".timeindex", ".txnindex")
+_SEGMENT_FILE = re.compile(r"(\d+)(\.log|\.index|\.timeindex|\.txnindex)")
+_PARTITION_DIR = re.compile(r"(.+)-(\d+)")
 
 
 @dataclass
@@ -52,6 +63,21 @@ class _Problems:
     time_not_found: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     non_consecutive: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     failed: bool = False
+
+    def as_json(self) -> list[dict[str, Any]]:
+        """Every problem as an object with its ``file`` and ``kind``."""
+        out: list[dict[str, Any]] = []
+        kinds = (
+            ("index-mismatch", self.index_mismatches, ("indexOffset", "logOffset")),
+            ("timestamp-mismatch", self.time_mismatches, ("indexTimestamp", "logTimestamp")),
+            ("timestamp-out-of-order", self.time_out_of_order, ("indexTimestamp", "previousTimestamp")),
+            ("indexed-offset-not-found", self.time_not_found, ("indexOffset", "foundLogOffset")),
+            ("non-consecutive-offsets", self.non_consecutive, ("offset", "followedBy")),
+        )
+        for kind, found, (a, b) in kinds:
+            for name, pairs in found.items():
+                out += [{"file": name, "kind": kind, a: x, b: y} for x, y in pairs]
+        return out
 
     def print(self, err: TextIO) -> None:
         w = err.write
@@ -77,6 +103,70 @@ class _Problems:
                 w(f"  {first} is followed by {second}\n")
 
 
+class _Report:
+    """Where a dump goes: Kafka's lines on ``out`` (a file's errors on ``err``), or with
+    ``as_json`` one object per file, printed as ``{"files": [...], "problems": [...], "ok": ...}``
+    at the end.  A file's object: ``file``, ``baseOffset`` (from its name), ``batches`` (each
+    with its ``records`` after --deep-iteration; ``key`` and ``payload`` as UTF-8 text, or
+    ``key_b64``/``payload_b64``), ``entries`` (of an index), ``invalidBytesAtEnd``, ``empty``,
+    ``sanityCheck``, ``errors``."""
+
+    def __init__(self, out: TextIO, err: TextIO, as_json: bool):
+        self.out, self.err, self.as_json = out, err, as_json
+        self.files: list[dict[str, Any]] = []
+
+    def file(self, path: str) -> None:
+        if self.as_json:
+            self.files.append({"file": path})
+        else:
+            self.out.write(f"Dumping {path}\n")
+
+    def set(self, name: str, value: Any, line: str) -> None:
+        """A fact about the file: ``name: value`` in JSON, ``line`` in text."""
+        if self.as_json:
+            self.files[-1][name] = value
+        else:
+            self.out.write(line + "\n")
+
+    def add(self, name: str, fields: dict[str, Any], line: str | None) -> None:
+        """One more item of the file's list ``name`` (``records`` go to its last batch)."""
+        if self.as_json:
+            into = self.files[-1]["batches"][-1] if name == "records" else self.files[-1]
+            into.setdefault(name, []).append(_jsonable(fields))
+        elif line is not None:
+            self.out.write(line + "\n")
+
+    def error(self, message: str) -> None:
+        if self.as_json:
+            self.files[-1].setdefault("errors", []).append(message)
+        else:
+            self.out.flush()
+            self.err.write(message + "\n")
+
+    def finish(self, problems: _Problems, ok: bool) -> None:
+        if self.as_json:
+            doc = {"files": self.files, "problems": problems.as_json(), "ok": ok}
+            self.out.write(json.dumps(doc, ensure_ascii=False) + "\n")
+        else:
+            self.out.flush()
+            problems.print(self.err)
+        self.out.flush()
+
+
+def _jsonable(fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` with bytes as UTF-8 text, or in base64 under ``<name>_b64`` when not UTF-8."""
+    out = {}
+    for name, value in fields.items():
+        if isinstance(value, bytes):
+            try:
+                out[name] = value.decode("utf-8")
+            except UnicodeDecodeError:
+                out[f"{name}_b64"] = base64.b64encode(value).decode()
+        else:
+            out[name] = value
+    return out
+
+
 @dataclass
 class _Options:
     print_data_log: bool
@@ -86,8 +176,7 @@ class _Options:
     max_bytes: int
     max_message_size: int
     skip_record_metadata: bool
-    out: TextIO
-    err: TextIO
+    report: _Report
     problems: _Problems
 
 
@@ -101,14 +190,16 @@ def dump(
     max_bytes: int = INT32_MAX,
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
     skip_record_metadata: bool = False,
+    as_json: bool = False,
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
     """Dump ``.log``, ``.index``, ``.timeindex`` and ``.txnindex`` files as Kafka's tool does.
 
-    ``paths`` are OS paths.  ``print_data_log`` implies ``deep_iteration``; ``max_bytes``
-    limits how much of each ``.log`` is read; ``max_message_size`` bounds the batch an
-    ``.index`` entry may point at.
+    ``paths`` are OS paths: segment files, or directories (:func:`segment_files`).
+    ``print_data_log`` implies ``deep_iteration``; ``max_bytes`` limits how much of each
+    ``.log`` is read; ``max_message_size`` bounds the batch an ``.index`` entry may point at;
+    ``as_json`` prints one JSON object instead of Kafka's lines (:class:`_Report`).
 
     Returns the exit status, Kafka's where Kafka's tool completes: 0 when every file was
     dumped, including a ``.log`` with batches whose CRC does not match (printed
@@ -117,8 +208,8 @@ def dump(
     (which compaction produces).  1 where Kafka's tool dies: a file missing or unreadable, an
     entry whose header is corrupt, a failed ``--index-sanity-check``; and, as a check of
     pylog's own, when an index does not match its ``.log`` (the mismatches Kafka lists on
-    stderr).  ``pylog verify`` is the command that fails on every problem.  Unknown file kinds
-    are ignored with a message, as Kafka does, and do not change the status.
+    stderr), and for a file of another kind (which Kafka ignores).  ``pylog verify`` is the
+    command that fails on every problem.
     """
     if max_bytes < 0:
         raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
@@ -132,33 +223,81 @@ def dump(
         max_bytes=max_bytes,
         max_message_size=max_message_size,
         skip_record_metadata=skip_record_metadata,
-        out=sys.stdout if out is None else out,
-        err=sys.stderr if err is None else err,
+        report=_Report(sys.stdout if out is None else out, sys.stderr if err is None else err, as_json),
         problems=_Problems(),
     )
     handlers = {".log": _dump_log, ".index": _dump_index, ".timeindex": _dump_time_index}
     handlers[".txnindex"] = _dump_txn_index
-    for path in paths:
-        opts.out.write(f"Dumping {path}\n")
+    report = opts.report
+    for path in segment_files(paths):
+        report.file(path)
         name = os.path.basename(path)
         suffix = name[name.rfind(".") :] if "." in name else ""
         handler = handlers.get(suffix)
-        if handler is None:
-            opts.err.write(f"Ignoring unknown file {path}\n")
-            continue
         try:
+            if handler is None:
+                if not os.path.exists(path):
+                    raise DumpError(f"{path}: no such file or directory")
+                if os.path.isdir(path):
+                    raise DumpError(f"{path}: no segment files in it or in its partition directories")
+                raise DumpError(
+                    f"{path}: not a segment file: pylog dump reads {', '.join(SUFFIXES)} files and "
+                    "directories of them"
+                )
             handler(path, opts)
         except BrokenPipeError:
             raise  # the reader of the output went away (`| head`): not the file's problem
         except (PylogError, OSError) as e:
             opts.problems.failed = True
-            opts.out.flush()
-            opts.err.write(f"{_describe(e, path)}\n")
-    opts.out.flush()
+            report.error(_describe(e, path))
     p = opts.problems
-    p.print(opts.err)
     verification = p.index_mismatches or p.time_mismatches or p.time_out_of_order or p.time_not_found
-    return 1 if p.failed or verification else 0
+    status = 1 if p.failed or verification else 0
+    report.finish(p, status == 0)
+    return status
+
+
+def segment_files(paths: list[str]) -> list[str]:
+    """``paths`` with each directory replaced by the segment files it holds, in offset order
+    (``.log``, ``.index``, ``.timeindex``, ``.txnindex`` of each base offset), or by those of
+    its partition directories (``<topic>-<partition>``: a log directory) when it holds none.
+    A path that does not exist but names a topic of its directory (``<dir>/<topic>``, with
+    ``<dir>/<topic>-0``...) stands for the files of that topic's partitions.  Other paths are
+    kept as they are (the dump reports what is wrong with them)."""
+    out: list[str] = []
+    for path in paths:
+        if os.path.isdir(path):
+            found = _partition_files(path)
+            for d in [] if found else _partition_dirs(path):
+                found += _partition_files(os.path.join(path, d))
+            out += found or [path]
+        elif not os.path.exists(path) and os.path.isdir(os.path.dirname(path) or "."):
+            topic = os.path.basename(path)
+            parts = [d for d in _partition_dirs(os.path.dirname(path) or ".") if d.rsplit("-", 1)[0] == topic]
+            found = [f for d in parts for f in _partition_files(os.path.join(os.path.dirname(path), d))]
+            out += found or [path]
+        else:
+            out.append(path)
+    return out
+
+
+def _partition_files(directory: str) -> list[str]:
+    keyed = []
+    for name in os.listdir(directory):
+        m = _SEGMENT_FILE.fullmatch(name)
+        if m and os.path.isfile(os.path.join(directory, name)):
+            keyed.append((int(m.group(1)), SUFFIXES.index(m.group(2)), os.path.join(directory, name)))
+    return [path for *_, path in sorted(keyed)]
+
+
+def _partition_dirs(directory: str) -> list[str]:
+    """The partition directories in ``directory``, by topic and partition number."""
+    keyed = []
+    for name in os.listdir(directory):
+        m = _PARTITION_DIR.fullmatch(name)
+        if m and os.path.isdir(os.path.join(directory, name)):
+            keyed.append((m.group(1), int(m.group(2)), name))
+    return [name for *_, name in sorted(keyed)]
 
 
 def _describe(e: BaseException, path: str) -> str:
@@ -208,27 +347,31 @@ def _absolute(path: str) -> str:
 
 def _dump_log(path: str, opts: _Options) -> None:
     storage, name = _open(path)
-    opts.out.write(f"Log starting offset: {_base_offset(path)}\n")
+    report = opts.report
+    base = _base_offset(path)
+    report.set("baseOffset", base, f"Log starting offset: {base}")
     size = storage.size(name)
     data = as_uint8(storage.read(name, 0, min(size, opts.max_bytes)))
     e = scan_log(data, path)
     chunks = Chunks(data, e.headers, path)
     tracker = OffsetTracker()
-    w = opts.out.write
+    text = not report.as_json
+    if report.as_json:
+        report.files[-1]["batches"] = []
     try:
         for i in range(len(e.headers)):
-            w(batch_line(e, i, path) + "\n")  # a CRC mismatch is shown (isvalid: false), not a failure
+            fields = batch_fields(e, i, path)  # a CRC mismatch is shown (isvalid: false), not a failure
+            report.add("batches", fields, batch_line(fields) if text else None)
             if opts.deep:  # a batch whose records are corrupt raises here, as Kafka dies here
-                lines = record_lines(
+                for record in record_fields(
                     e,
                     i,
                     chunks,
                     tracker,
-                    print_data_log=opts.print_data_log,
-                    skip_record_metadata=opts.skip_record_metadata,
-                )
-                for line in lines:
-                    w(line + "\n")
+                    data=opts.print_data_log,
+                    metadata=not opts.skip_record_metadata,
+                ):
+                    report.add("records", record, record_line(record) if text else None)
     finally:
         if tracker.pairs:
             opts.problems.non_consecutive.setdefault(_absolute(path), []).extend(tracker.pairs)
@@ -236,7 +379,7 @@ def _dump_log(path: str, opts: _Options) -> None:
         raise e.error
     trailing = data.shape[0] - e.end  # a torn tail, or bytes that are no entry: reported, as Kafka does
     if trailing > 0 and opts.max_bytes == INT32_MAX:
-        w(f"Found {trailing} invalid bytes at the end of {name}\n")
+        report.set("invalidBytesAtEnd", trailing, f"Found {trailing} invalid bytes at the end of {name}")
 
 
 # ============================================================================ indexes
@@ -296,11 +439,11 @@ def _dump_index(path: str, opts: _Options) -> None:
     log_name = _require_log(path, storage, name)
     index = OffsetIndex(storage, name, base)
     if len(index) == 0:
-        opts.out.write(f"{path} is empty.\n")
+        opts.report.set("empty", True, f"{path} is empty.")
         return
     if opts.sanity_only:
         index.sanity_check()
-        opts.out.write(f"{path} passed sanity check.\n")
+        opts.report.set("sanityCheck", "passed", f"{path} passed sanity check.")
         return
     offsets, positions = index.entries()
     n = _stop_at_zero_entry(offsets, base)
@@ -316,9 +459,9 @@ def _dump_index(path: str, opts: _Options) -> None:
             why = {1: "no complete batch starts there", 2: "the entry there has a corrupt size"}.get(
                 int(status[i]), "it is outside the log"
             )
-            opts.err.write(f"{path}: index entry {i} (offset {o}) points to log position {p}, but {why}\n")
+            opts.report.error(f"{path}: index entry {i} (offset {o}) points to log position {p}, but {why}")
         if not opts.verify_only:
-            opts.out.write(f"offset: {o} position: {p}\n")
+            opts.report.add("entries", {"offset": o, "position": p}, f"offset: {o} position: {p}")
 
 
 def _dump_time_index(path: str, opts: _Options) -> None:
@@ -328,7 +471,7 @@ def _dump_time_index(path: str, opts: _Options) -> None:
     time_index = TimeIndex(storage, name, base)
     if opts.sanity_only:
         time_index.sanity_check()
-        opts.out.write(f"{path} passed sanity check.\n")
+        opts.report.set("sanityCheck", "passed", f"{path} passed sanity check.")
         return
     offset_index = OffsetIndex(storage, name.split(".")[0] + ".index", base)  # missing: empty
     timestamps, offsets = time_index.entries()
@@ -338,7 +481,7 @@ def _dump_time_index(path: str, opts: _Options) -> None:
     e = scan_log(data, path)
     if e.error is not None:  # batches past it cannot be found
         opts.problems.failed = True
-        opts.err.write(f"{_describe(e.error, path)}\n")
+        opts.report.error(_describe(e.error, path))
     pos, last = e.headers.position, e.last_offset
     # the first batch at or after the indexed position whose last offset reaches the entry's
     j = (
@@ -368,7 +511,7 @@ def _dump_time_index(path: str, opts: _Options) -> None:
             if prev >= ts:
                 opts.problems.time_out_of_order.setdefault(abs_path, []).append((ts, prev))
         if not opts.verify_only:
-            opts.out.write(f"timestamp: {ts} offset: {o}\n")
+            opts.report.add("entries", {"timestamp": ts, "offset": o}, f"timestamp: {ts} offset: {o}")
         prev = ts
 
 
@@ -412,10 +555,14 @@ def _dump_txn_index(path: str, opts: _Options) -> None:
                 f"Unexpected aborted transaction version {version} in transaction index "
                 f"{_absolute(path)}, current version is 0"
             )
-        opts.out.write(
-            f"version: {version} producerId: {int(t.producer_id[i])} firstOffset: {int(t.first_offset[i])} "
-            f"lastOffset: {int(t.last_offset[i])} lastStableOffset: {int(t.last_stable_offset[i])}\n"
-        )
+        fields = {
+            "version": version,
+            "producerId": int(t.producer_id[i]),
+            "firstOffset": int(t.first_offset[i]),
+            "lastOffset": int(t.last_offset[i]),
+            "lastStableOffset": int(t.last_stable_offset[i]),
+        }
+        opts.report.add("entries", fields, " ".join(f"{k}: {v}" for k, v in fields.items()))
 
 
-__all__ = ["DumpError", "dump"]
+__all__ = ["DumpError", "dump", "segment_files"]

@@ -23,6 +23,7 @@ import struct
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -117,7 +118,9 @@ def java_bool(b: object) -> str:
     return "true" if b else "false"
 
 
-def batch_line(e: Entries, i: int, path: str) -> str:
+def batch_fields(e: Entries, i: int, path: str) -> dict[str, Any]:
+    """The fields Kafka prints for batch (v2) or entry (legacy) ``i``, in its order and with its
+    names (``timestampType`` and ``maxTimestamp`` print as ``CreateTime: <ts>``)."""
     h = e.headers
     magic, attrs = int(h.magic[i]), int(h.attributes[i])
     codec = attrs & 0x07
@@ -125,25 +128,51 @@ def batch_line(e: Entries, i: int, path: str) -> str:
     if codec not in names:
         where = int(h.position[i])
         raise CorruptRecordError(f"unknown compression type id {codec}", position=where, path=path)
+    fields: dict[str, Any]
     if magic >= 2:
         base_seq = int(h.base_sequence[i])
         last_seq = -1 if base_seq == -1 else increment_sequence(base_seq, int(h.last_offset_delta[i]))
-        horizon = f"OptionalLong[{int(h.base_timestamp[i])}]" if attrs & 0x40 else "OptionalLong.empty"
-        head = (
-            f"baseOffset: {int(h.base_offset[i])} lastOffset: {int(e.last_offset[i])} "
-            f"count: {int(h.records_count[i])} baseSequence: {base_seq} lastSequence: {last_seq} "
-            f"producerId: {int(h.producer_id[i])} producerEpoch: {int(h.producer_epoch[i])} "
-            f"partitionLeaderEpoch: {int(h.partition_leader_epoch[i])} "
-            f"isTransactional: {java_bool(attrs & 0x10)} isControl: {java_bool(attrs & 0x20)} "
-            f"deleteHorizonMs: {horizon}"
-        )
+        fields = {
+            "baseOffset": int(h.base_offset[i]),
+            "lastOffset": int(e.last_offset[i]),
+            "count": int(h.records_count[i]),
+            "baseSequence": base_seq,
+            "lastSequence": last_seq,
+            "producerId": int(h.producer_id[i]),
+            "producerEpoch": int(h.producer_epoch[i]),
+            "partitionLeaderEpoch": int(h.partition_leader_epoch[i]),
+            "isTransactional": bool(attrs & 0x10),
+            "isControl": bool(attrs & 0x20),
+            "deleteHorizonMs": int(h.base_timestamp[i]) if attrs & 0x40 else None,
+        }
     else:
-        head = f"offset: {int(e.last_offset[i])}"
-    return (
-        f"{head} position: {int(h.position[i])} {timestamp_type(magic, attrs)}: {int(h.max_timestamp[i])} "
-        f"size: {int(h.size[i])} magic: {magic} compresscodec: {names[codec]} crc: {int(h.crc[i])} "
-        f"isvalid: {java_bool(e.valid[i])}"
+        fields = {"offset": int(e.last_offset[i])}
+    fields.update(
+        position=int(h.position[i]),
+        timestampType=timestamp_type(magic, attrs),
+        maxTimestamp=int(h.max_timestamp[i]),
+        size=int(h.size[i]),
+        magic=magic,
+        compresscodec=names[codec],
+        crc=int(h.crc[i]),
+        isvalid=bool(e.valid[i]),
     )
+    return fields
+
+
+def batch_line(fields: dict[str, Any]) -> str:
+    """The line Kafka prints for a batch, from its :func:`batch_fields`."""
+    parts = []
+    for name, value in fields.items():
+        if name == "timestampType":
+            continue
+        if name == "maxTimestamp":
+            parts.append(f"{fields['timestampType']}: {value}")
+        elif name == "deleteHorizonMs":
+            parts.append(f"{name}: {'OptionalLong.empty' if value is None else f'OptionalLong[{value}]'}")
+        else:
+            parts.append(f"{name}: {java_bool(value) if isinstance(value, bool) else value}")
+    return " ".join(parts)
 
 
 def decode_prefix(
@@ -201,18 +230,14 @@ def legacy_inner(data: np.ndarray, pos: int, magic: int, codec: int) -> list[tup
     return out
 
 
-def record_lines(
-    e: Entries,
-    i: int,
-    chunks: Chunks,
-    tracker: OffsetTracker,
-    *,
-    print_data_log: bool,
-    skip_record_metadata: bool,
-) -> Iterator[str]:
-    """The ``| offset: …`` lines of entry ``i``; each record's offset is shown to ``tracker``."""
+def record_fields(
+    e: Entries, i: int, chunks: Chunks, tracker: OffsetTracker, *, data: bool, metadata: bool = True
+) -> Iterator[dict[str, Any]]:
+    """The fields Kafka prints for each record of entry ``i`` (with ``data``, its ``key`` and
+    ``payload`` as bytes, absent when null; never for control records), in its order; each
+    record's offset is shown to ``tracker``."""
     rs, rows = chunks.rows(i)
-    h, data = e.headers, chunks.data
+    h = e.headers
     magic, attrs = int(h.magic[i]), int(h.attributes[i])
     is_control = magic >= 2 and bool(attrs & 0x20)
     ts_type = timestamp_type(magic, attrs)
@@ -223,35 +248,62 @@ def record_lines(
         if codec == 0:  # the record is the entry itself
             legacy = [(int(h.crc[i]), bool(e.valid[i]))]
         else:
-            legacy = legacy_inner(data, int(h.position[i]), magic, codec)
+            legacy = legacy_inner(chunks.data, int(h.position[i]), magic, codec)
     base_offset, base_seq = int(h.base_offset[i]), int(h.base_sequence[i])
     for r, (offset, ts, key, value, headers) in enumerate(
         zip(t["offset"], t["timestamp"], t["key"], t["value"], t["headers"], strict=True)
     ):
         tracker.see(offset)
-        prefix, line = "| ", ""
-        if not skip_record_metadata:
-            line = (
-                f"| offset: {offset} {ts_type}: {ts} keySize: {-1 if key is None else len(key)} "
-                f"valueSize: {-1 if value is None else len(value)}"
-            )
-            prefix = " "
+        fields: dict[str, Any] = {}
+        if metadata:
+            fields = {
+                "offset": offset,
+                "timestampType": ts_type,
+                "timestamp": ts,
+                "keySize": -1 if key is None else len(key),
+                "valueSize": -1 if value is None else len(value),
+            }
             if magic >= 2:
                 seq = increment_sequence(base_seq, offset - base_offset) if base_seq >= 0 else -1
-                line += f" sequence: {seq} headerKeys: [{','.join(hd['key'] for hd in headers)}]"
+                fields["sequence"] = seq
+                fields["headerKeys"] = [hd["key"] for hd in headers]
             elif r < len(legacy):
-                line += f" isValid: {java_bool(legacy[r][1])} crc: {legacy[r][0]}}}"
+                fields["isValid"], fields["crc"] = legacy[r][1], legacy[r][0]
             if is_control:
-                line += control_text(key, value, int(h.position[i]))
-        if print_data_log and not is_control:
+                fields.update(control_fields(key, value, int(h.position[i])))
+        if data and not is_control:
             if key is not None:
-                line += f"{prefix}key: {key.decode('utf-8', 'replace')}"
+                fields["key"] = key
             if value is not None:
-                line += f" payload: {value.decode('utf-8', 'replace')}"
-        yield line
+                fields["payload"] = value
+        yield fields
 
 
-def control_text(key: bytes | None, value: bytes | None, position: int) -> str:
+def record_line(fields: dict[str, Any]) -> str:
+    """The ``| offset: …`` line Kafka prints for a record, from its :func:`record_fields`."""
+    prefix, line = "| ", ""
+    if "offset" in fields:
+        line = (
+            f"| offset: {fields['offset']} {fields['timestampType']}: {fields['timestamp']} "
+            f"keySize: {fields['keySize']} valueSize: {fields['valueSize']}"
+        )
+        prefix = " "
+        if "sequence" in fields:
+            line += f" sequence: {fields['sequence']} headerKeys: [{','.join(fields['headerKeys'])}]"
+        elif "isValid" in fields:
+            line += f" isValid: {java_bool(fields['isValid'])} crc: {fields['crc']}}}"
+        if "endTxnMarker" in fields:
+            line += f" endTxnMarker: {fields['endTxnMarker']} coordinatorEpoch: {fields['coordinatorEpoch']}"
+        elif "controlType" in fields:
+            line += f" controlType: {fields['controlType']}({fields['controlTypeId']})"
+    if "key" in fields:
+        line += f"{prefix}key: {fields['key'].decode('utf-8', 'replace')}"
+    if "payload" in fields:
+        line += f" payload: {fields['payload'].decode('utf-8', 'replace')}"
+    return line
+
+
+def control_fields(key: bytes | None, value: bytes | None, position: int) -> dict[str, Any]:
     control_type(key, position=position)  # raises on a short key or a negative version
     assert key is not None
     type_id = CONTROL_KEY.unpack_from(key)[1]
@@ -262,5 +314,5 @@ def control_text(key: bytes | None, value: bytes | None, position: int) -> str:
             raise CorruptRecordError(
                 f"invalid version {version} found for end transaction marker", position=position
             )
-        return f" endTxnMarker: {name} coordinatorEpoch: {epoch}"
-    return f" controlType: {name}({type_id})"
+        return {"endTxnMarker": name, "coordinatorEpoch": epoch}
+    return {"controlType": name, "controlTypeId": type_id}

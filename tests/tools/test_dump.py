@@ -436,11 +436,16 @@ def test_missing_unknown_and_badly_named_files(tmp_path: Path) -> None:
     rc, out, err = run([other, missing, badname])
     assert rc == 1
     assert out == [f"Dumping {other}", f"Dumping {missing}", f"Dumping {badname}"]
-    assert err[0] == f"Ignoring unknown file {other}"
+    assert err[0] == (
+        f"{other}: not a segment file: pylog dump reads .log, .index, .timeindex, .txnindex files and "
+        "directories of them"
+    )
     assert err[1] == f"{missing}: no such file"
     assert err[2].startswith(f"{badname}: cannot take a base offset")
     rc, _, err = run([other])
-    assert rc == 0  # unknown files are only ignored, as Kafka does
+    assert rc == 1  # Kafka's tool only ignores it: a typo would pass unnoticed
+    rc, _, err = run([tmp_path / "nothing-here.txt"])
+    assert (rc, err) == (1, [f"{tmp_path / 'nothing-here.txt'}: no such file or directory"])
 
 
 # --------------------------------------------------------------------------- (b) indexes
@@ -587,3 +592,88 @@ def test_txn_index(tmp_path: Path) -> None:
         "version: 0 producerId: 7 firstOffset: 100 lastOffset: 105 lastStableOffset: 106",
         "version: 0 producerId: 8 firstOffset: 103 lastOffset: 110 lastStableOffset: 111",
     ]
+
+
+# --------------------------------------------------------------------------- directories and JSON
+
+
+def test_directories_stand_for_their_segment_files(tmp_path: Path) -> None:
+    """``pylog dump --files`` takes a partition directory, a topic (``<dir>/<topic>``) or a log
+    directory: the segment files in offset order, other files (checkpoints, ``.deleted``,
+    producer snapshots) left out."""
+    import pylog
+
+    root = tmp_path / "logs"
+    with pylog.open(root) as r:
+        r.create_topic("my-topic", partitions=2, config={"segment.bytes": 200})
+        r.create_topic("other", partitions=1)
+        for i in range(6):
+            r.append("my-topic", {"key": [b"k"], "value": [b"v%d" % i * 20]}, partition=i % 2)
+        r.append("other", {"value": [b"x"]})
+    part = root / "my-topic-0"
+    write(part / "00000000000000000000.log.deleted", b"old")
+    write(part / "00000000000000000000.snapshot", b"")
+    write(part / "leader-epoch-checkpoint", b"0\n0\n")
+    logs = sorted(p.name for p in part.glob("*.log"))
+    assert len(logs) >= 2  # rolled
+
+    def dumped(path: Path) -> list[str]:
+        rc, out, err = run([path])
+        assert (rc, err) == (0, [])
+        return [line.removeprefix("Dumping ") for line in out if line.startswith("Dumping ")]
+
+    files = dumped(part)
+    suffixes = [".log", ".index", ".timeindex"]
+    assert files == [str(part / (name.removesuffix(".log") + s)) for name in logs for s in suffixes]
+    topic = dumped(root / "my-topic")
+    assert topic[: len(files)] == files and {Path(f).parent.name for f in topic} == {
+        "my-topic-0",
+        "my-topic-1",
+    }
+    assert [Path(f).parent.name for f in dumped(root)][-1] == "other-0"
+    assert set(dumped(root)) == set(topic) | set(dumped(root / "other"))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    rc, _, err = run([empty])
+    assert (rc, err) == (1, [f"{empty}: no segment files in it or in its partition directories"])
+
+
+def test_json_is_one_object_with_the_fields_of_the_lines(tmp_path: Path) -> None:
+    """``as_json``: one object; each file's batches, records and index entries carry the fields
+    Kafka's lines print (bytes that are not UTF-8 in base64), problems and errors included."""
+    values = [b"a", b"\xff\xfe", None]
+    raw = records.encode(values, [b"k", None, b"k"], [10, 11, 12], base_offset=5).tobytes()
+    log = write(tmp_path / "00000000000000000005.log", raw)
+    idx = OffsetIndex(LocalStorage(tmp_path), "00000000000000000005.index", 5)
+    idx.append(6, 0)  # the batch at 0 ends at 7: a mismatch
+    idx.close()
+    missing = tmp_path / "00000000000000000099.log"
+    out = io.StringIO()
+    rc = dump(
+        [str(log), str(log.with_suffix(".index")), str(missing)], print_data_log=True, as_json=True, out=out
+    )
+    doc = json.loads(out.getvalue())
+    text_rc, text, _ = run([log], print_data_log=True)
+    assert rc == 1 and doc["ok"] is False and text_rc == 0
+    first, index, gone = doc["files"]
+    assert first["file"] == str(log) and first["baseOffset"] == 5
+    (batch,) = first["batches"]
+    assert (batch["baseOffset"], batch["lastOffset"], batch["count"], batch["isvalid"]) == (5, 7, 3, True)
+    assert (batch["timestampType"], batch["maxTimestamp"], batch["deleteHorizonMs"]) == (
+        "CreateTime",
+        12,
+        None,
+    )
+    assert text[2].startswith(f"baseOffset: 5 lastOffset: 7 count: 3 baseSequence: {batch['baseSequence']} ")
+    assert [r["offset"] for r in batch["records"]] == [5, 6, 7]
+    assert batch["records"][0]["key"] == "k" and batch["records"][0]["payload"] == "a"
+    assert (
+        base64.b64decode(batch["records"][1]["payload_b64"]) == b"\xff\xfe"
+        and "key" not in batch["records"][1]
+    )
+    assert "payload" not in batch["records"][2] and batch["records"][2]["valueSize"] == -1
+    assert index["entries"] == [{"offset": 6, "position": 0}]
+    assert doc["problems"] == [
+        {"file": str(log.with_suffix(".index")), "kind": "index-mismatch", "indexOffset": 6, "logOffset": 7}
+    ]
+    assert gone == {"file": str(missing), "errors": [f"{missing}: no such file"]}
