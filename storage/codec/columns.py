@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pylog.storage.errors import ConfigError
 
@@ -67,13 +68,19 @@ NAIVE_DATETIME = "a datetime without tzinfo; give tzinfo=timezone.utc (or the zo
 """Why a naive ``datetime`` is refused: the zone it means is unknown (local time? UTC?)."""
 
 
-def timestamps_ms(timestamp: Any, n: int, *, expected: str = TIMESTAMP_RANGE) -> np.ndarray:
+def timestamps_ms(
+    timestamp: Any, n: int, *, expected: str = TIMESTAMP_RANGE, now_ms: int | None = None
+) -> np.ndarray:
     """``timestamp`` (None: now; one value for every record; or one per record: integers,
     integral floats, datetimes with a time zone, Arrow timestamps) as ``n`` int64 epoch
     milliseconds.  Raises :class:`ConfigError` naming the argument (and the first bad row)
-    otherwise, saying that a timestamp is ``expected``."""
+    otherwise, saying that a timestamp is ``expected``.
+
+    ``now_ms`` given (the Spark sink: a column of Spark's microsecond timestamps or longs): it
+    is the time of records without one (None, or a null in an Arrow column), and Arrow
+    timestamps are truncated to milliseconds as Spark's Kafka sink does."""
     if timestamp is None:
-        return np.full(n, int(time.time() * 1000), dtype=np.int64)
+        return np.full(n, int(time.time() * 1000) if now_ms is None else now_ms, dtype=np.int64)
     if isinstance(timestamp, datetime.datetime | np.datetime64 | int | float | np.number) and not isinstance(
         timestamp, bool
     ):
@@ -83,7 +90,12 @@ def timestamps_ms(timestamp: Any, n: int, *, expected: str = TIMESTAMP_RANGE) ->
     if isinstance(timestamp, pa.ChunkedArray):
         timestamp = timestamp.combine_chunks()
     if isinstance(timestamp, pa.Array):
-        if pa.types.is_timestamp(timestamp.type) or pa.types.is_date(timestamp.type):
+        if now_ms is not None:  # nulls: now; sub-millisecond parts truncated
+            if pa.types.is_timestamp(timestamp.type):
+                ms = pa.timestamp("ms", tz=timestamp.type.tz)
+                timestamp = timestamp.cast(ms, safe=False).cast(pa.int64())
+            timestamp = pc.fill_null(timestamp.cast(pa.int64()), now_ms)
+        elif pa.types.is_timestamp(timestamp.type) or pa.types.is_date(timestamp.type):
             timestamp = timestamp.cast(pa.timestamp("ms")).cast(pa.int64())
         if timestamp.null_count:
             row = int(np.argmax(timestamp.is_null().to_numpy(zero_copy_only=False)))

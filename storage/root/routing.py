@@ -1,10 +1,14 @@
-"""Which partition each appended record goes to, as Kafka's producer chooses.
+"""Which partition each record goes to, as Kafka's producer chooses: for ``Root.append`` and
+for the Spark sink's tasks.
 
-A record goes to the partition given for the whole call, else to its ``partition`` column, else
-to Kafka's murmur2 partition of its key (:mod:`pylog.storage.codec.partitioner`); records
-without a key share one partition chosen round robin per call.  The rows are then grouped by
-partition (stably: each partition gets its records in their order) without a Python object
-per row.
+A record goes to the partition given for it (for the whole call, or in its ``partition``
+column), else to Kafka's murmur2 partition of its key (:mod:`pylog.storage.codec.partitioner`),
+else (no key) where the null-key strategy puts it: :class:`RoundRobin` (``Root.append``: the
+records of one call share one partition, the next call takes the next one) or :class:`Sticky`
+(the sink: the Java producer's sticky partitioner, one partition per record batch's worth of
+bytes).  :func:`assign_partitions` does this for a whole column at once; :meth:`Router.route`
+then groups an append's rows by partition (stably: each partition gets its records in their
+order) without a Python object per row.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -34,11 +38,79 @@ class Rows:
     headers: Any = None
 
 
+class NullKeys(Protocol):
+    """Where records without a key (and without a given partition) go."""
+
+    def assign(self, num_partitions: int, sizes: np.ndarray) -> np.ndarray:
+        """The partitions of ``len(sizes)`` consecutive null-key records of ``sizes`` bytes."""
+        ...
+
+
+class RoundRobin:
+    """The null-key records of one call share one partition; each call takes the next one."""
+
+    def __init__(self) -> None:
+        self.next = 0
+
+    def assign(self, num_partitions: int, sizes: np.ndarray) -> np.ndarray:
+        part = self.next % num_partitions
+        self.next += 1
+        return np.full(sizes.shape[0], part, dtype=np.int64)
+
+
+class Sticky:
+    """Kafka's sticky partitioner: consecutive null-key records fill the current partition up
+    to ``switch_bytes`` (a record batch), then the next partition takes over.  The state
+    (partition, bytes already in it) carries across calls (a task's Arrow batches)."""
+
+    def __init__(self, start: int, switch_bytes: int) -> None:
+        self.part = start
+        self.used = 0
+        self.switch_bytes = switch_bytes
+
+    def assign(self, num_partitions: int, sizes: np.ndarray) -> np.ndarray:
+        sizes = np.maximum(sizes, 0)  # a null value: no bytes
+        starts = self.used + np.cumsum(sizes) - sizes  # bytes before each record, from the switch point
+        chunk = starts // self.switch_bytes
+        end = self.used + int(sizes.sum())
+        first = self.part
+        self.part = (first + end // self.switch_bytes) % num_partitions
+        self.used = end % self.switch_bytes
+        return np.asarray((first + chunk) % num_partitions, dtype=np.int64)
+
+
+def assign_partitions(
+    num_partitions: int,
+    given: np.ndarray,
+    key: pa.Array | pa.ChunkedArray | None,
+    null_keys: NullKeys,
+    sizes: np.ndarray | None = None,
+) -> np.ndarray:
+    """The partition of each record: ``given`` where it is >= 0 (checked by the caller), else
+    the murmur2 partition of its key, else (null key) by ``null_keys``, which is told each
+    null-key record's ``sizes`` (value bytes; None: zeros).  ``given`` is filled in place."""
+    parts = given
+    need = parts < 0
+    if not need.any():
+        return parts
+    if key is not None:
+        if need.all():
+            parts[:] = partition_for_keys(key, num_partitions)
+        else:
+            keyed = partition_for_keys(key.filter(pa.array(need)), num_partitions)
+            parts[need] = keyed
+        need = parts < 0
+    if need.any():
+        null_sizes = np.zeros(int(need.sum()), np.int64) if sizes is None else sizes[need]
+        parts[need] = null_keys.assign(num_partitions, null_sizes)
+    return parts
+
+
 class Router:
     """Splits appends into partitions; remembers where the last keyless records went."""
 
     def __init__(self) -> None:
-        self.round_robin = 0
+        self.null_keys = RoundRobin()
 
     def route(
         self,
@@ -83,15 +155,8 @@ class Router:
         if partition is not None:
             parts = np.full(n_rows, _partition_number(partition), dtype=np.int64)
         elif parts is None:
-            parts = (
-                np.full(n_rows, -1, np.int64)
-                if key is None
-                else partition_for_keys(to_binary_array(key, "key"), num_partitions).astype(np.int64)
-            )
-            nulls = parts < 0
-            if nulls.any():
-                parts[nulls] = self.round_robin % num_partitions
-                self.round_robin += 1
+            keys = None if key is None else to_binary_array(key, "key")
+            parts = assign_partitions(num_partitions, np.full(n_rows, -1, np.int64), keys, self.null_keys)
         bad = (parts < 0) | (parts >= num_partitions)
         if bad.any():
             raise ConfigError(
