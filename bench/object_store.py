@@ -46,7 +46,7 @@ from pylog.storage.root.opening import open_root, open_staging
 
 BUCKET = "pylog-bench"
 STAGE_INLINE_BYTES = 4 << 20  # connector.sink.STAGE_INLINE_BYTES (not imported: no pyspark needed)
-KNOWN_STATE_S = 30.0  # connector.sink.KNOWN_STATE_S: planning and commit start from a known state
+KNOWN_STATE_S = 30.0  # connector.sink_options.KNOWN_STATE_S: planning and commit start from a known state
 PARTITIONS = 2
 TASKS = 2
 

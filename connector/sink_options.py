@@ -1,9 +1,12 @@
-"""The pylog sink's options and column contract, checked on the driver before any task runs.
+"""What the pylog sink's driver and its tasks agree on: the options, the column contract, the
+topics' metadata and the commit message.
 
 :func:`parse_sink_options` turns the string options of ``df.write`` / ``df.writeStream`` (keys
-case-insensitive) into a :class:`SinkOptions`, raising :class:`ConfigError` that names the option
-for anything invalid; :func:`check_schema` checks the DataFrame's columns against Spark's Kafka
-sink contract.  The sink (:mod:`.sink`) documents both and uses them in ``make_writer``.
+case-insensitive, declared in :mod:`.optionspec`) into a :class:`SinkOptions`, raising
+:class:`ConfigError` that names the option for anything invalid; :func:`check_schema` checks the
+DataFrame's columns against Spark's Kafka sink contract.  The sink (:mod:`.sink`) documents both
+and uses them in ``make_writer``; the tasks (:mod:`.sink_task`) send a :class:`PylogCommitMessage`
+each to the driver's commit (:mod:`.sink_commit`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -32,6 +36,8 @@ from pylog.storage.codec.compression import codec_id
 from pylog.storage.config import LogConfig, validate_topic_name
 from pylog.storage.errors import ConfigError, SinkSchemaError
 from pylog.storage.root import publish as pub
+from pylog.storage.root.manager import Root
+from pylog.storage.root.opening import open_root
 
 SINK_OPTIONS = frozenset(o.name.lower() for o in SPECS)
 """The sink's options as Spark hands them over (lower-cased); declared in :mod:`.optionspec`."""
@@ -53,6 +59,38 @@ class SinkOptions:
     sink_id: str = ""  # a batch write's own id; a streaming query's pre-query-id (version 1) key
     query_retention_ms: int = pub.DEFAULT_QUERY_RETENTION_MS
     direct_writes: bool = True  # staged segments written around the page cache (local disk)
+
+
+TopicMeta = dict[str, tuple[int, LogConfig]]
+"""Partition count and config per topic, as the driver read them when it planned the write."""
+
+
+@dataclass
+class PylogCommitMessage(WriterCommitMessage):
+    """What a task staged (sent to the driver's commit)."""
+
+    staged: list[dict[str, object]]
+    records: int
+    query_id: str | None = None  # Spark's streaming query id (None: a batch write)
+
+
+KNOWN_STATE_S = 30.0
+"""On an object store, the planning of a micro-batch and its commit start from the root's state
+this process confirmed newest at most this long ago (its previous commit, typically) instead of
+asking the store: a Kafka producer's metadata is as old; a commit is conditional, and one that
+meets a newer state re-bases or runs again there (whether the batch is already committed is
+always decided on the newest state)."""
+
+
+def open_sink_root(opts: SinkOptions, *, read_only: bool, trust_known: bool = False) -> Root:
+    """The root the sink writes, for the driver (planning, commit) or a task (a topic's metadata)."""
+    return open_root(
+        opts.path,
+        opts.storage_options or None,
+        read_only=read_only,
+        lock_timeout=opts.lock_timeout_s,
+        trust_known_s=KNOWN_STATE_S if trust_known else 0.0,
+    )
 
 
 def parse_sink_options(raw: Mapping[str, str], *, streaming: bool) -> SinkOptions:

@@ -16,7 +16,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from pylog.connector import sink
+from pylog.connector import sink, sink_task
 from pylog.connector.sink_options import SinkOptions, check_schema, parse_sink_options
 from pylog.storage.codec.partitioner import partition_for_keys
 from pylog.storage.errors import ConfigError, PylogError, SinkSchemaError
@@ -47,7 +47,7 @@ def test_options_and_sink_identity(tmp_path: Path) -> None:
     assert a.partitions == 2 and a.topic_config == {"cleanup.policy": "compact"} and a.codec == "zstd"
     with pytest.raises(ConfigError, match="path is required"):
         parse_sink_options({}, streaming=True)
-    with pytest.raises(ConfigError, match="unknown option .* for the pylog sink"):
+    with pytest.raises(ConfigError, match=r"unknown option .* for the pylog sink"):
         opts(tmp_path, kafkaBootstrap="x")
     with pytest.raises(ConfigError, match=r"'directWrite' \(did you mean directWrites\?\)"):
         opts(tmp_path, directWrite="false")  # a typo gets the documented spelling of the option
@@ -180,10 +180,12 @@ def test_tasks_stage_from_the_drivers_metadata_without_reading_the_root(
             ObjectStore, name, lambda self, *a, _n=name, _r=real, **k: reads.append(_n) or _r(self, *a, **k)
         )
     opened: list[bool] = []
-    real_open = sink._open
-    monkeypatch.setattr(sink, "_open", lambda opts, **k: opened.append(True) or real_open(opts, **k))
+    real_open = sink_task.open_sink_root
+    monkeypatch.setattr(
+        sink_task, "open_sink_root", lambda opts, **k: opened.append(True) or real_open(opts, **k)
+    )
     if not inline:
-        monkeypatch.setattr(sink, "STAGE_INLINE_BYTES", 0)
+        monkeypatch.setattr(sink_task, "STAGE_INLINE_BYTES", 0)
     rb = pa.record_batch({"key": [f"k{i}" for i in range(30)], "value": [f"v{i}" for i in range(30)]})
     msgs = [sink.stage_task(iter([rb.slice(15 * t, 15)]), o, 0, t, 0, topics=meta) for t in range(2)]
     assert opened == [] and reads == []
@@ -224,7 +226,7 @@ def test_overwrite_hides_earlier_records_and_keeps_offsets_growing(backend: Back
     assert t.column("value").to_pylist() == [b"new"] and t.column("offset").to_pylist() == [2]
 
 
-@pytest.mark.parametrize("inline_limit", [sink.STAGE_INLINE_BYTES, 0])
+@pytest.mark.parametrize("inline_limit", [sink_task.STAGE_INLINE_BYTES, 0])
 def test_object_store_staging_inline_or_as_objects(
     s3_backend: Backend, monkeypatch: pytest.MonkeyPatch, inline_limit: int
 ) -> None:
@@ -232,7 +234,7 @@ def test_object_store_staging_inline_or_as_objects(
     segments uploaded as objects (the log; indexes too unless they are small enough to be kept
     in the state, as here), which the commit adopts as the segments' files.  Either way the
     batch is published exactly once and no staged object is left that the state does not hold."""
-    monkeypatch.setattr(sink, "STAGE_INLINE_BYTES", inline_limit)
+    monkeypatch.setattr(sink_task, "STAGE_INLINE_BYTES", inline_limit)
     o = opts(s3_backend, partitions="2")
     sink.prepare_topics(o)
     rb = pa.record_batch({"key": [f"k{i}" for i in range(40)], "value": [f"v{i}" for i in range(40)]})
@@ -282,7 +284,7 @@ def test_every_run_of_a_task_stages_under_names_of_its_own(spark: object) -> Non
     sc = spark.sparkContext  # type: ignore[attr-defined]
 
     def attempts() -> list[int]:
-        return sc.parallelize(range(4), 4).map(lambda _: sink._task_ids()[1]).collect()
+        return sc.parallelize(range(4), 4).map(lambda _: sink_task.task_ids()[1]).collect()
 
     first, second = attempts(), attempts()
     assert len(set(first) | set(second)) == 8, (first, second)

@@ -96,8 +96,8 @@ def _open(url: str, options: dict[str, str] | None, **kwargs: Any) -> Root:
 def _stage(
     root: Root, batch: int, attempt: int, parts: dict[str, list[str]], options: dict[str, str] | None = None
 ) -> list[pub.StagedFile]:
-    """The sink's own executor code (``connector.sink.stage_task``), one task per partition."""
-    from pylog.connector import sink
+    """The sink's own executor code (``connector.sink_task.stage_task``), one task per partition."""
+    from pylog.connector import sink, sink_task
     from pylog.connector.sink_options import parse_sink_options
 
     opts = parse_sink_options(
@@ -120,7 +120,7 @@ def _stage(
         )
         # on an object store: staged segments uploaded and adopted by the commit in every other
         # batch, carried in the commit message in the others
-        sink.STAGE_INLINE_BYTES = 0 if batch % 2 else 4 << 20
+        sink_task.STAGE_INLINE_BYTES = 0 if batch % 2 else 4 << 20
         msg = sink.stage_task(iter([rows]), opts, batch, task, attempt)
         files += [pub.StagedFile.from_dict(d) for d in msg.staged]
     return files
