@@ -1,12 +1,13 @@
 # Two entry points (see README): `make demo` and `make test`.  Both create .venv and install
 # what they need, so they work on a fresh machine with only Python 3.10+ (and Java for Spark).
+# A maintainer's inner loop: `make unit` (the fast tests, see CONTRIBUTING.md) and `make lint`.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 DISCOVERY := $(VENV)/.spark-discovery
 
-.PHONY: demo test lint bench clean reliability
+.PHONY: demo test unit lint bench clean reliability
 
 # PYTHONWARNINGS: setuptools ends every editable install of a package-dir mapping (storage/ ->
 # pylog.storage) with an informational warning about folders named like the package, which
@@ -28,10 +29,16 @@ demo: $(DISCOVERY)
 
 lint: $(DISCOVERY)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(PY) scripts/lint.py
 
+# the whole suite (what CI runs)
 test: lint
 	$(VENV)/bin/pytest -q -p no:cacheprovider
+
+# everything but Spark, S3, child processes and long campaigns: the markers of tests/conftest.py
+unit: $(STAMP)
+	$(VENV)/bin/pytest -q -p no:cacheprovider -m "not spark and not s3 and not subprocess and not slow"
 
 reliability: $(DISCOVERY)
 	$(PY) -m tests.reliability.campaign --long

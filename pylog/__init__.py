@@ -9,6 +9,8 @@ are exported here (``except pylog.UnknownTopicError``), all defined in
 :mod:`pylog.storage.errors`.
 """
 
+import importlib.metadata
+
 from pylog.storage.errors import (
     CommitConflictError,
     CommitOutcomeUnknownError,
@@ -76,4 +78,8 @@ __all__ = [
     "UnsupportedFormatError",
     "open",
 ]
-__version__ = "0.1.0"
+
+try:  # the version is pyproject.toml's, as installed
+    __version__ = importlib.metadata.version("pylog")
+except importlib.metadata.PackageNotFoundError:  # imported from a source tree without an install
+    __version__ = "unknown"

@@ -7,8 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import pylog
 from pylog.storage.root.consumers import write_consumer_offsets
+
+pytestmark = pytest.mark.subprocess  # every test runs `python -m pylog`
 
 
 def pylog_cli(*args: str) -> subprocess.CompletedProcess[str]:

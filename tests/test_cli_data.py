@@ -136,6 +136,7 @@ def test_bad_input_is_reported_with_its_line(
     assert "expected KEY=VALUE" in capsys.readouterr().err
 
 
+@pytest.mark.subprocess
 def test_consume_follow_sees_new_records(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
     """A follower in its own process sees what a writer (this process) appends meanwhile."""
     root, opts = backend.url, backend.cli_args()
@@ -236,7 +237,8 @@ def test_json_output_of_create_topic_produce_and_consume(
 def test_produce_refuses_a_line_without_value(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue #30: ``{"key": "a"}`` was silently a tombstone; an explicit ``"value": null`` is one."""
+    """``{"key": "a"}`` is refused, not taken silently as a tombstone; an explicit
+    ``"value": null`` is one."""
     root = str(tmp_path / "r")
     assert main(["create-topic", root, "t"]) == 0
     assert run(["produce", root, "t"], '{"value": "x"}\n{"key": "a"}\n', monkeypatch) == 1
@@ -288,8 +290,9 @@ def test_produce_help_lists_the_json_fields(capsys: pytest.CaptureFixture[str]) 
 def test_consume_refuses_a_negative_max_messages(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], value: str
 ) -> None:
-    """Issue #30: ``--max-messages -1`` read nothing and exited 0 (Kafka's console consumer takes
-    -1 as "no limit": leaving the option out is pylog's way to say that)."""
+    """A negative ``--max-messages`` is refused, not a run that reads nothing and exits 0
+    (Kafka's console consumer takes -1 as "no limit": leaving the option out is pylog's way to
+    say that)."""
     root = str(tmp_path / "r")
     assert main(["create-topic", root, "t"]) == 0
     assert run(["produce", root, "t"], '{"value": "a"}\n', monkeypatch) == 0

@@ -10,10 +10,13 @@ import sys
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from rich.console import Console
 
 import pylog
 from pylog.cli.progress import BytesProgress, ItemProgress
+
+pytestmark = pytest.mark.subprocess  # the progress display on a real terminal, in a child
 
 
 def terminal() -> tuple[Console, io.StringIO]:

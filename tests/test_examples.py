@@ -23,6 +23,8 @@ import pytest
 
 from tests.kafka_fixtures import ROOT as KAFKA_FIXTURES
 
+pytestmark = pytest.mark.subprocess  # each example runs as its own process
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
 SCRIPTS = sorted(p.name for p in EXAMPLES.glob("*.py") if not p.name.startswith("_"))
@@ -161,15 +163,14 @@ READ_ONCE = "OK   the reading query read every partition to its end and counted 
 
 
 def test_demo_counts_each_record_once_beside_busy_loops(tmp_path: Path) -> None:
-    """Issue 30 row 5: under CPU load 2 runs of ``make demo`` in 6 ended "FAIL the reading query
-    ... counted each record once (42,947 rows read, 44,078 counted)".  No record was read twice:
-    the aggregate's count was right, the demo's count of rows read from the query's progress
-    was short.  A trigger that finds no new data reports progress with the id of the batch that
-    runs next (and no rows; Spark does so at most every noDataProgressEventInterval, 10 s: a
-    reading query that waited that long for the writer under load), and the demo took that id
-    as seen, skipping the rows of the batch that then ran under it.  Here every idle trigger
-    reports (interval 0) and two busy loops compete for the CPU: before the fix every run
-    failed."""
+    """``make demo`` under CPU load prints "OK ... counted each record once": its count of the
+    rows read, taken from the reading query's progress, is complete.  A trigger that finds no new
+    data reports progress with the id of the batch that runs next (and no rows; Spark does so at
+    most every noDataProgressEventInterval, 10 s: a reading query that waited that long for the
+    writer under load); a demo that took that id as seen would skip the rows of the batch that
+    then runs under it and report fewer rows read than counted.  Here every idle trigger reports
+    (interval 0) and two busy loops compete for the CPU, which makes that case happen in every
+    run."""
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
         conf = {

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.subprocess  # scripts/lint.py, mypy and lint-imports
+
 REPO = Path(__file__).resolve().parent.parent
 
 PLANTED_TYPES = {

@@ -1,4 +1,4 @@
-"""The README's Quickstart runs as written (issue #29).
+"""The README's Quickstart runs as written.
 
 Its ```python blocks are read from README.md here, so they cannot drift from what the test runs,
 and each is run by the venv's interpreter in a subprocess whose working directory is outside the
@@ -17,6 +17,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+pytestmark = pytest.mark.subprocess  # the README's blocks run in a fresh interpreter
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -6,7 +6,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 
+
+@pytest.mark.subprocess
 def test_a_workers_objects_leave_the_collectors_reach_at_its_second_task_only_in_spark() -> None:
     """Spark's daemon collects after every task; from a worker's second pylog task on, the
     modules and kernels are frozen, so those collections walk only what later tasks allocate.

@@ -115,6 +115,7 @@ def test_crash_without_close_recovers_from_checkpoint(tmp_path: Path) -> None:
     again.close()
 
 
+@pytest.mark.subprocess
 def test_second_writer_process_is_refused(tmp_path: Path) -> None:
     root = pylog.open(tmp_path)
     root.create_topic("t")

@@ -1,6 +1,6 @@
 """Opening a root (storage/root/opening.py, and the local directory of backends/local.py):
 what names no root directory, and a directory the writer lock cannot be created in, are
-``PylogError`` s naming the path (issue #30)."""
+``PylogError`` s naming the path."""
 
 from __future__ import annotations
 
@@ -85,6 +85,7 @@ def test_a_read_only_file_system_is_named_on_the_lock(
     )
 
 
+@pytest.mark.subprocess
 def test_a_directory_that_refuses_new_files_is_named_on_the_lock(tmp_path: Path) -> None:
     """The same for a real condition: an immutable directory (``chattr +i``), where even root may
     not create a file (EPERM)."""

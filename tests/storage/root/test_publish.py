@@ -109,7 +109,7 @@ def test_crash_at_each_step_of_a_publish(tmp_path: Path, step: str) -> None:
                 assert values_of(tmp_path) == [b"before"]
             raise Crash(name)
 
-    root.step_hook = hook
+    root.faults.hook = hook
     with pytest.raises(Crash):
         root.publish("q", 1, files)
     root._writer.close()  # type: ignore[union-attr]  # the driver process dies here
@@ -161,6 +161,7 @@ CONCURRENT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.subprocess
 def test_two_writer_processes_publish_concurrently(root: Root, backend: Backend) -> None:
     """Local disk: the writers take turns on the lock; object store: they race to commit."""
     root.close()
