@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,6 +38,7 @@ from pylog.storage.backends.fs import Storage, join
 from pylog.storage.backends.objectfs import ObjectStorage
 from pylog.storage.config import LogConfig, validate_topic_name
 from pylog.storage.errors import ConfigError, DamagedLogError, PylogError, ReadOnlyError, TopicExistsError
+from pylog.storage.faults import Faults
 from pylog.storage.partition.listing import first_base_offset
 from pylog.storage.partition.loader import Recovery
 from pylog.storage.partition.log import AppendInfo, Log
@@ -72,8 +73,8 @@ class Root(Transactions, TableReading):
         self.recoveries: list[Recovery] = []
         self._meta = TopicMetadata.load(storage)
         self._state = pub.read_state(storage)
-        self.step_hook: Callable[[str], None] | None = None
-        """Called with the name of each step of a publish (crash-point tests)."""
+        self.faults = Faults()
+        """The named steps of its changes and its logs', for fault injection (pylog.storage.faults)."""
         self._failed: BaseException | None = None
         self._router = Router()
         self._txn_depth = 0
@@ -234,7 +235,7 @@ class Root(Transactions, TableReading):
                 recovery_point=self._recovery_points.get(key, 0),
                 log_start_offset=self._start_offsets.get(key, 0),
                 high_watermark=self.high_watermark(*key),
-                step_hook=self._step,  # the root's hook sees the steps of its logs too
+                faults=self.faults,  # the root's hook sees the steps of its logs too
                 recoveries=self.recoveries,
             )
             self._logs[key] = lg
@@ -451,7 +452,7 @@ class Root(Transactions, TableReading):
         """Give partitions without a high watermark (a Kafka log directory, or a topic whose
         creation a crash interrupted) one at their log end *before* anything is appended to
         them: otherwise readers see an append before it is acknowledged, and a crash in the
-        middle of it leaves part of it visible (found by the power-cut campaign)."""
+        middle of it leaves part of it visible (the power-cut tests of tests/reliability)."""
         missing = [key for key in keys if key not in self._state.high_watermarks]
         if missing:
             for key in missing:
@@ -464,7 +465,7 @@ class Root(Transactions, TableReading):
         record a sink's batch) in one atomic replacement of the state file."""
         for key in keys:
             self._logs[key].flush()
-        self._step("flushed")
+        self.faults.step("flushed")
         for key in keys:
             lg = self._logs[key]
             # the log's own high watermark moves too: maintenance and the last stable offset of
@@ -473,11 +474,7 @@ class Root(Transactions, TableReading):
         if sink is not None:
             self._state.record(sink)
         pub.write_state(self.storage, self._state)
-        self._step("state-written")
-
-    def _step(self, name: str) -> None:
-        if self.step_hook is not None:
-            self.step_hook(name)
+        self.faults.step("state-written")
 
     # ------------------------------------------------------------------ exactly-once publish
 
@@ -531,7 +528,7 @@ class Root(Transactions, TableReading):
                 )
                 if info is not None:
                     out[(topic, p)] = info
-                self._step("appended")
+                self.faults.step("appended")
             self._acknowledge(list(out), sink=record)
         self._remove_staged(staged, sink_id, batch_id, topics, now=now, max_age_ms=retention_ms)
         return out
@@ -592,7 +589,7 @@ class Root(Transactions, TableReading):
         if self._writer is None:
             return
         writer.write_checkpoints(
-            self.storage, self._logs, self._recovery_points, self._start_offsets, self._step
+            self.storage, self._logs, self._recovery_points, self._start_offsets, self.faults.step
         )
 
     def close(self) -> None:
@@ -615,10 +612,10 @@ class Root(Transactions, TableReading):
         elif self._writer is not None:
             for lg in self._logs.values():
                 lg.close()
-            self._step("logs-closed")
+            self.faults.step("logs-closed")
             self.checkpoint()
             writer.mark_clean_shutdown(self.storage)
-            self._step("clean-shutdown-written")
+            self.faults.step("clean-shutdown-written")
             self._writer.close()
             self._writer = None
         else:

@@ -141,8 +141,8 @@ def test_a_task_killed_mid_pass_leaves_the_previous_state_and_its_retry_applies_
 
 
 def test_a_compaction_job_beside_a_streaming_sink(spark: Any, backend: Backend, tmp_path: Any) -> None:
-    """The job of issue #18's acceptance: a streaming query writes into the compacted topic
-    (its own compactor off) while the job cleans it (see :func:`job_beside_stream`)."""
+    """A streaming query writes into the compacted topic (its own compactor off) while the
+    maintenance job cleans it (see :func:`job_beside_stream`)."""
     summary = job_beside_stream(spark, backend.url, backend.options, str(tmp_path / "ck"))
     if backend.is_local:
         assert all(p.lock_held_s < p.elapsed_s for p in summary.partitions)

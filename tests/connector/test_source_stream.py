@@ -298,7 +298,7 @@ def test_streaming_only_options_are_checked_when_the_query_starts(
 
 
 def test_a_topic_of_128_partitions_growing_to_130_is_read_exactly_once(spark: Any, tmp_path: Path) -> None:
-    """Issue #16: a stream over a topic of 128 partitions (most of them idle), restarted after
+    """A stream over a topic of 128 partitions (most of them idle), restarted after
     partitions were added and written: every record once, the new partitions from offset 0."""
     root_dir, ck = tmp_path / "root", tmp_path / "ck"
     with pylog.open(root_dir) as root:

@@ -261,7 +261,7 @@ class _Run:
             self.check(np.array(offsets, np.int64), values, lo, hi, how)
             return
         offsets, values = [], []
-        before = getattr(lg, "relistings", 0)  # (the attribute came with the fix)
+        before = lg.relistings
         for rs in lg.iter_record_sets(lo, hi, max_bytes=self.fetch_bytes):
             t = rs.data_records()
             off = t.column("offset").to_numpy()

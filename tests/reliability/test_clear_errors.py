@@ -1,8 +1,6 @@
-"""Issue #19, rows "raw tracebacks instead of errors naming the file or argument" and "silent
-coercions and smaller gaps": every bad argument, damaged file or failing disk gives a
-``PylogError`` naming the argument, row or file (a timestamp out of range states the valid
-range), and the CLI reports it as a message (JSON under ``--json``), never as a traceback or a
-silent coercion."""
+"""Clear errors: every bad argument, damaged file or failing disk gives a ``PylogError`` naming
+the argument, row or file (a timestamp out of range states the valid range), and the CLI
+reports it as a message (JSON under ``--json``), never as a traceback or a silent coercion."""
 
 from __future__ import annotations
 
@@ -201,13 +199,13 @@ def test_consume_offsets_as_the_api(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert cli(["create-topic", r, "t"], monkeypatch) == 0
     assert cli(["produce", r, "t"], monkeypatch, '{"value": "a"}\n{"value": "b"}\n') == 0
     capsys.readouterr()
-    assert cli(["consume", r, "t", "--offset", "999"], monkeypatch) == 1  # was: nothing, exit 0
+    assert cli(["consume", r, "t", "--offset", "999"], monkeypatch) == 1  # not: nothing, exit 0
     out = capsys.readouterr()
     assert out.out == ""
     assert "--offset 999 is out of range for 't' (beyond the log end offset): partition 0: [0, 2]" in out.err
     with pytest.raises(pylog.OffsetOutOfRangeError):  # what the API does
         pylog.open(r, read_only=True).read_table("t", start_offset=999)
-    assert cli(["consume", r, "t", "--offset", "-5"], monkeypatch) == 1  # was: from the start
+    assert cli(["consume", r, "t", "--offset", "-5"], monkeypatch) == 1  # not: from the start
     assert "--offset -5: an offset is never negative" in capsys.readouterr().err
     assert cli(["consume", r, "t", "--offset", "2"], monkeypatch) == 0  # the end: nothing yet
     assert cli(["consume", r, "t", "--offset", "1"], monkeypatch) == 0

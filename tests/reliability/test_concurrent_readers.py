@@ -1,12 +1,12 @@
-"""Lock-free readers beside a writer that compacts, runs retention and merges segments (issue 19).
+"""Lock-free readers beside a writer that compacts, runs retention and merges segments.
 
 A reader (``read_only=True``: Spark tasks, ``pylog consume``) lists a partition's segments and
-opens their files by name afterwards.  Before the fix, a segment renamed by a compaction swap
-between the two made the read fail (``StorageError ... .log: cannot read: No such file or
-directory``), and a listing taken in the middle of a swap made it skip offsets silently.  Now a
-read never fails and never skips an offset because of what the writer does beside it: files
-that vanish are found again on a fresh listing, conclusions that offsets do not exist are
-checked against the directory, retention's ``.deleted`` files are read while they last.
+opens their files by name afterwards, so a compaction swap can rename a segment between the two
+(``StorageError ... .log: cannot read: No such file or directory``) or a listing can be taken in
+the middle of a swap (offsets skipped silently).  A read never fails and never skips an offset
+because of what the writer does beside it: files that vanish are found again on a fresh
+listing, conclusions that offsets do not exist are checked against the directory, retention's
+``.deleted`` files are read while they last.
 """
 
 from __future__ import annotations

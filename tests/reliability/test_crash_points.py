@@ -1,4 +1,4 @@
-"""Crash-point enumeration (issue #9; TESTING.md A1, A2, A8, A9, B13, B14, C25, F43, G45-G48).
+"""Crash-point enumeration (TESTING.md A1, A2, A8, A9, B13, B14, C25, F43, G45-G48).
 
 Every multi-step storage operation - acknowledged append with rolls, sink publish (copied,
 linked, or on object stores adopted), sink commit with its embedded retention, compaction swap
@@ -66,7 +66,7 @@ def test_compaction_swap_steps_roll_back_then_forward_as_kafka() -> None:
 def test_an_object_store_commit_is_enumerated_request_by_request() -> None:
     """The commit log's steps are each a crash point: segment uploads, checkpoint, the commit's
     conditional create (the commit point), hint and garbage deletes; a writer interrupted once
-    its commit landed keeps what the commit holds (it used to delete the new segment objects)."""
+    its commit landed keeps what the commit holds (the new segment objects are not deleted)."""
     sc = next(s for s in SCENARIOS if s.name == "append+checkpoint")
     w = sc.world("object")
     ctx = sc.setup(w.open())

@@ -1,5 +1,4 @@
-"""Damaged partitions are refused, reported and repaired explicitly (issue 19, rows 4, 6 and 7 of
-its table).
+"""Damaged partitions are refused, reported and repaired explicitly.
 
 * A writer never appends to a partition whose files contradict each other or its acknowledged
   end: log end below the high watermark (segment files removed from outside), overlapping
@@ -93,8 +92,8 @@ def high_watermark(path: Path) -> int:
 def test_newest_segment_removed_the_writer_refuses_and_recover_states_the_loss(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Row 4: the newest segment's files removed from outside; before the fix the reopened writer
-    accepted log end 75 < high watermark 100 silently and gave offset 75 a second value."""
+    """The newest segment's files removed from outside: the reopened writer refuses log end 75 <
+    high watermark 100 instead of giving offset 75 a second value."""
     d = four_segments(tmp_path)
     remove_segment(d, 75)
 
@@ -137,8 +136,8 @@ def test_newest_segment_removed_the_writer_refuses_and_recover_states_the_loss(
 def test_segment_renamed_to_a_higher_base_is_refused_then_renamed_back_without_loss(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Row 4: a segment renamed to a wrong base (00..50 -> 00..80, now the newest file).  Before
-    the fix the writer appended at offset 75 (a second value for it) or recovery emptied it."""
+    """A segment renamed to a wrong base (00..50 -> 00..80, which makes it the newest file): the
+    writer neither appends at offset 75 (a second value for it) nor lets recovery empty it."""
     d = four_segments(tmp_path)
     rename_segment(d, 50, 80)
     writer = pylog.open(tmp_path)
@@ -163,8 +162,8 @@ def test_segment_renamed_to_a_higher_base_is_refused_then_renamed_back_without_l
 
 
 def test_segment_renamed_to_a_lower_base_overlaps_its_predecessor(tmp_path: Path) -> None:
-    """00..75 renamed 00..60: it overlaps 00..50 (offsets 50..74); before the fix reads of
-    60..74 silently returned nothing."""
+    """00..75 renamed 00..60: it overlaps 00..50 (offsets 50..74); reads of 60..74 raise
+    instead of returning nothing."""
     d = four_segments(tmp_path)
     rename_segment(d, 75, 60)
     with pytest.raises(DamagedLogError, match="overlap"):
@@ -201,8 +200,9 @@ def test_duplicate_segment_is_removed_only_when_the_loss_is_accepted(tmp_path: P
 
 
 def test_log_start_checkpoint_beyond_the_end_does_not_empty_the_log(tmp_path: Path) -> None:
-    """A log-start checkpoint beyond the acknowledged end: before the fix the writer's load
-    emptied the log (all 100 acknowledged records gone) and readers returned nothing."""
+    """A log-start checkpoint beyond the acknowledged end: the writer's load refuses it instead
+    of emptying the log (all 100 acknowledged records), readers raise instead of returning
+    nothing, and recovery repairs it without loss."""
     four_segments(tmp_path)
     (tmp_path / "log-start-offset-checkpoint").write_text("0\n1\nt 0 500\n")
     with pytest.raises(DamagedLogError, match="log-start-offset-checkpoint"):
@@ -273,8 +273,8 @@ DAMAGE = {
 def test_verify_fails_on_every_damage(
     damage: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Row 6: before the fix ``pylog verify`` exited 0 (or reported only an index mismatch) on
-    a truncated middle ``.log``, a missing middle segment and a log start beyond the end."""
+    """``pylog verify`` fails, naming the damage (not only an index mismatch), on a truncated
+    middle ``.log``, a missing middle segment and a log start beyond the end."""
     d = four_segments(tmp_path)
     assert main(["verify", str(tmp_path), "--json"]) == 0
     capsys.readouterr()
@@ -349,8 +349,8 @@ def count_makedirs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def test_partition_count_is_bounded_before_anything_is_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Row 7: ``create_topic(partitions=10**12)`` created directories for hours; metadata
-    claimed 10^12 partitions."""
+    """``create_topic(partitions=10**12)`` is refused before it creates a directory (it would
+    create them for hours), and no metadata claims 10^12 partitions."""
     assert MAX_PARTITIONS == 1 << 20
     root = pylog.open(tmp_path / "r")
     made = count_makedirs(monkeypatch)
@@ -380,7 +380,8 @@ def test_cli_create_topic_refuses_too_many_partitions(
 def test_metadata_claiming_too_many_partitions_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A ``pylog-topics.json`` claiming 10**12 partitions: before the fix ``describe`` never returned."""
+    """A ``pylog-topics.json`` claiming 10**12 partitions: opening the root and ``describe``
+    refuse it at once, naming the file."""
     with pylog.open(tmp_path) as root:
         root.create_topic("t", 1)
     doc = json.loads((tmp_path / "pylog-topics.json").read_text())

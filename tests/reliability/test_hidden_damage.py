@@ -1,5 +1,5 @@
-"""Damage that neither a writer's recovery after a clean shutdown nor a read noticed (issue 30,
-rows 1 to 3): a segment below the active one cut short, a batch whose CRC fails in one.
+"""Damage below the active segment, which a writer's recovery after a clean shutdown does not
+scan: a segment cut short, a batch whose CRC fails in one.
 
 * A read that crosses acknowledged offsets no segment holds, in a topic whose offsets are dense
   (never compacted), raises :class:`DamagedLogError` naming the file instead of skipping them;
@@ -71,9 +71,9 @@ CUTS: dict[str, tuple[Callable[[Path], None], int]] = {
 def test_offsets_no_segment_holds_are_damage_in_a_delete_policy_topic(
     cut: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Row 1: after a clean shutdown, a segment below the active one cut short (or removed).
-    Before the fix reads returned the other offsets without a word, the writer opened the log
-    without recovery and appended, and only ``pylog verify`` reported it."""
+    """After a clean shutdown, a segment below the active one cut short (or removed): reads
+    across the hole raise, the writer refuses the partition instead of appending, and
+    ``pylog verify`` reports it."""
     d = four_segments(tmp_path)
     fn, hole = CUTS[cut]
     fn(d)
@@ -161,8 +161,8 @@ def test_the_gaps_compaction_leaves_are_read_and_written_as_before(tmp_path: Pat
 def test_recover_reports_a_bad_crc_and_truncates_only_when_the_loss_is_accepted(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Row 2: a batch of 00..25 (offsets 35..39) fails its CRC.  Before the fix ``pylog recover``
-    said "recovered 4 logs; nothing lost" and exited 0 while ``pylog verify`` exited 1."""
+    """A batch of 00..25 (offsets 35..39) fails its CRC: ``pylog recover`` reports it and exits
+    1 (as ``pylog verify`` does), and ends the log there only with ``--accept-data-loss``."""
     d = four_segments(tmp_path)
     bad = batch_positions(tmp_path, 25)[2]
     data = bytearray((d / name(25)).read_bytes())
@@ -196,9 +196,9 @@ def test_recover_reports_a_bad_crc_and_truncates_only_when_the_loss_is_accepted(
 def test_consume_prints_what_precedes_a_bad_batch_then_fails_naming_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Row 3: 2,000 records in batches of 50, the batch of offsets 1,650..1,699 fails its CRC.
-    Before the fix ``pylog consume`` printed "consumed 0 records" and the error: the 1,650
-    records before the bad batch (read in the same chunk) were not shown."""
+    """2,000 records in batches of 50, the batch of offsets 1,650..1,699 fails its CRC:
+    ``pylog consume`` prints the 1,650 records before the bad batch (read in the same chunk),
+    then the error."""
     with pylog.open(tmp_path) as root:
         root.create_topic("t", 1)
         for i in range(40):

@@ -1,4 +1,4 @@
-"""Recovery that survives I/O errors and damaged files (issue 19, rows 1, 3 and 5 of its table).
+"""Recovery that survives I/O errors and damaged files.
 
 * An I/O error while a writer loads or recovers a partition (a full disk, a failing one) stops
   the open with a :class:`StorageError` naming the file; nothing is truncated or deleted because
@@ -89,9 +89,9 @@ def test_memfs_faults_behave_as_a_full_then_a_failing_disk() -> None:
 def test_io_error_during_recovery_fails_the_open_and_loses_nothing(
     err: int, ops: frozenset[str] | None, path: str
 ) -> None:
-    """Row 1: a writer killed after 50 acknowledged appends; the disk fails when the next
-    writer opens the root.  Before the fix, recovery took the ENOSPC for corruption and emptied
-    the segment: 0 of 50 acknowledged records readable after space was freed."""
+    """A writer killed after 50 acknowledged appends; the disk fails when the next writer opens
+    the root.  Recovery does not take the I/O error (ENOSPC, EIO) for corruption: nothing is
+    truncated, and all 50 acknowledged records are readable once the fault is gone."""
     st = MemStorage()
     acked_root(st, 50)
     expected = [b"acked-%d" % i for i in range(50)]
@@ -196,9 +196,9 @@ def _hundred_rows(st: Any) -> str:
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
 @pytest.mark.parametrize("seed", range(3))
 def test_damaged_index_is_ignored_by_readers_and_rebuilt_by_the_writer(damage: str, seed: int) -> None:
-    """Row 3: a random-bytes ``.index`` or one entry pointing past the segment: 25 of 100 rows
-    silently missing from ``read_table``, ``read_table(start_offset=27, end_offset=30)`` empty,
-    no error and no recovery entry."""
+    """A random-bytes ``.index`` or one entry pointing past the segment: ``read_table`` still
+    returns all 100 rows and every range of 3 its 3 (the reader scans the ``.log``, changing
+    nothing), and the writer rebuilds the index and reports it in its recovery."""
     st = MemStorage()
     path = _hundred_rows(st)
     expected = [b"row-%03d" % i for i in range(100)]
@@ -243,9 +243,9 @@ def test_time_index_with_an_entry_beyond_the_segment_is_rebuilt() -> None:
 
 
 def test_zero_bytes_after_a_clean_tail_are_truncated_and_reported(tmp_path: Path) -> None:
-    """Row 5: 100 zero bytes after the tail of a cleanly closed log.  Before the fix the writer
-    appended behind them, its own reads failed with CorruptRecordError, other readers saw only
-    the old records, and ``pylog recover --json`` reported nothing."""
+    """100 zero bytes after the tail of a cleanly closed log: the writer truncates them and
+    reports it (``pylog recover --json`` too, below) before it appends, so its own reads and other
+    readers see every record, old and new."""
     st = LocalStorage(tmp_path)
     root = acked_root(st, 0, {"index.interval.bytes": "4096"})
     root.append("t", [b"r%d" % i for i in range(100)], partition=0)

@@ -24,17 +24,13 @@ import pyarrow as pa
 
 from pylog.storage.codec import records
 from pylog.storage.errors import PylogError
+from pylog.storage.maintenance import runner as maintenance
 from pylog.storage.root import publish as pub
 from pylog.storage.root.manager import Root, partition_dir
 from pylog.storage.root.stage import open_stager
 from tests.reliability.checker import TP, InvariantViolation, Model, Row, Stats, log_starts, read_rows
 from tests.reliability.memfs import Crash
 from tests.reliability.worlds import World, new_world
-
-try:  # compaction and retention (issue #4/#5) may not be there yet
-    from pylog.storage.maintenance import runner as maintenance
-except ImportError:  # pragma: no cover
-    maintenance = None  # type: ignore[assignment]
 
 T0 = 1_700_000_000_000
 
@@ -182,8 +178,6 @@ class PowerCutWorkload:
         self.inflight = None
 
     def op_maintain(self, root: Root) -> None:
-        if maintenance is None:
-            return
         self.inflight = Inflight("maintain")
         maintenance.maintain(root, now=self.clock, force=True)
         self.inflight = None

@@ -1,4 +1,4 @@
-"""File handles stay bounded whatever the number of partitions and segments (issue #30): the
+"""File handles stay bounded whatever the number of partitions and segments: the
 append handles of active segments are an LRU of :data:`local.MAX_OPEN_APPEND_FILES`, and a
 ``create_topic`` that fails (too many open files) leaves no topic behind."""
 

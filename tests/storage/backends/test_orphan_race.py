@@ -1,5 +1,5 @@
-"""Issue #30: the orphan sweep against a commit in flight, whatever its create takes and whatever
-any clock does (against the real S3 server of tests/conftest.py)."""
+"""The orphan sweep against a commit in flight, whatever its create takes and whatever any clock
+does (against the real S3 server of tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def test_a_sweep_while_a_create_stalls_never_takes_the_objects_of_the_acknowledg
     (a slow request, a suspended host: ``time.monotonic`` stands still meanwhile).  A sweep runs in
     that window with its clock past the grace: the uploads are unreferenced and look old, so it
     deletes them.  The create then lands and the append is acknowledged: every object the commit
-    names must be readable (before the fix, readers failed on the missing segment objects)."""
+    names must be readable (the writer uploads them again before it acknowledges)."""
     writer = s3_backend.open()
     writer.create_topic("t", 2)
     writer.append("t", [b"first" + b"x" * 5000], partition=0)
@@ -42,10 +42,10 @@ def test_a_sweep_while_a_create_stalls_never_takes_the_objects_of_the_acknowledg
             later = now_ms() + int(sweeper.storage.orphan_grace_s() * 1000) + 60_000
             swept.append(sweeper.sweep_orphans(later))
 
-    writer.storage.step_hook = stall
+    writer.storage.faults.hook = stall
     big = [b"v%d" % i + b"y" * 5000 for i in range(3)]  # larger than what stays inline: objects
     writer.append("t", big, partition=1)  # acknowledged
-    writer.storage.step_hook = None
+    writer.storage.faults.hook = None
     assert swept and swept[0] > 0  # the sweep did take the in-flight uploads for orphans
 
     present = set(keys(s3_backend))
@@ -109,9 +109,9 @@ def test_a_commit_costs_one_get_more_and_uploads_again_only_after_a_sweep(s3_bac
             later = now_ms() + int(sweeper.storage.orphan_grace_s() * 1000) + 60_000
             runs.append(sweeper.sweep_orphans(later))
 
-    writer.storage.step_hook = stall
+    writer.storage.faults.hook = stall
     swept = cost(b"c" * 5000)
-    writer.storage.step_hook = None
+    writer.storage.faults.hook = None
     assert runs and runs[0] > 0
     assert swept.get("put", 0) == 2 * plain["put"] and swept.get("get", 0) == 1, (plain, swept)
     assert cost(b"d" * 5000) == plain  # the mark read after that create serves the next commit

@@ -1,11 +1,11 @@
-"""Maintenance run by a writer that stays open (issue #30, row 1), on local disk and on S3.
+"""Maintenance run by a writer that stays open, on local disk and on S3.
 
 A root's writer keeps each partition's ``Log`` open across its appends.  Retention stops at
 the log's high watermark and the cleaner at its last stable offset, both read from
 ``Log.high_watermark``: if that stays at its value of when the root was opened, maintenance of a
 long-running writer never sees its own appends ("nothing to do").  These tests check:
 
-* the reported reproduction, on a root created, closed and opened again with ``pylog.open``;
+* a root created, closed and opened again with ``pylog.open``, then appended to and maintained;
 * one root kept open across 1,000 appends (200 on S3, where every append is a commit) to a
   compacted and a delete-policy topic, with maintenance every 20 appends at a simulated clock,
   against a model of Kafka's semantics after every run: the cleaner keeps the latest record of

@@ -1,7 +1,7 @@
 """The record arguments of ``Root.append`` (storage/root/routing.py) and ``Log.append``, checked
 by storage/codec/columns.py: a ``headers`` column of another type, a negative timestamp and a
-naive datetime are ``ConfigError`` s naming the argument and the value, and nothing is written
-(issue #30)."""
+naive datetime are ``ConfigError`` s naming the argument and the value, and nothing is
+written."""
 
 from __future__ import annotations
 

@@ -380,8 +380,8 @@ def test_to_pandas(ordered: Backend) -> None:
         ({"start_timestamp": np.datetime64("NaT")}, ConfigError, "start_timestamp must be a time"),
         ({"start_offset": "earliest"}, ConfigError, "start_offset must be an integer offset, got str"),
         ({"end_offset": 2.0}, ConfigError, "end_offset must be an integer offset, got float"),
-        # issue #30: a negative offset was read from the log start (or as nothing), a naive
-        # datetime taken as UTC (while append took it as local time)
+        # a negative offset is refused, not read from the log start (or as nothing); a naive
+        # datetime is refused, not guessed to be UTC or local time
         ({"start_offset": -5}, ConfigError, "^start_offset must be an offset >= 0, got -5"),
         ({"end_offset": -1}, ConfigError, "^end_offset must be an offset >= 0, got -1"),
         (
@@ -437,7 +437,7 @@ def _broker_dir(root: Path, entry: dict[str, Any], topic: str) -> None:
 
 
 def test_kafka_fixtures_read_exactly(tmp_path: Path) -> None:
-    """Acceptance 3 of issue 8: every broker-written fixture (message formats v0-v2, gzip,
+    """Every broker-written fixture (message formats v0-v2, gzip,
     snappy) read through ``pylog.open(...).read_table`` gives exactly its expected records,
     every column; ``read_batches`` gives the same rows."""
     require_fixtures()
