@@ -154,7 +154,7 @@ def _load_log(
         if not storage.isdir(directory):
             storage.makedirs(directory)
             parent = directory.rstrip("/").rpartition("/")[0]
-            storage.fsync_dir(parent)  # the new directory's name is durable (power-cut campaign)
+            storage.fsync_dir(parent)  # the new directory's name is durable (test_power_loss.py)
         _remove_temp_files_and_complete_swaps(storage, directory, config, rec)
     names = [] if read_only else storage.listdir(directory)  # (a reader lists in reader_segments)
     logs = sorted({p[0] for n in names if (p := _parse(n)) and p[1] == "log" and not p[2]})

@@ -335,7 +335,7 @@ class Log(ConsistentReads):
             seg.flush()
         if any(seg.base_offset >= self.recovery_point for seg in self.segments[start:]):
             # a segment created since the last flush: its files' names are durable only once
-            # the directory is fsynced (Kafka's LocalLog.flush; found by the power-cut campaign)
+            # the directory is fsynced (Kafka's LocalLog.flush; tests/reliability/test_power_loss.py)
             self.storage.fsync_dir(self.directory)
         self.recovery_point = self.log_end_offset
         self._unflushed_messages = 0
@@ -500,7 +500,7 @@ class Log(ConsistentReads):
             )
         if deleted:
             # make the deletions durable: a segment file that comes back after a power loss
-            # would shadow the offsets appended after the truncation (power-cut campaign)
+            # would shadow the offsets appended after the truncation (test_power_loss.py)
             self.storage.fsync_dir(self.directory)
         self._bases = np.array([s.base_offset for s in self.segments], dtype=np.int64)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)

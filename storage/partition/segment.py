@@ -489,8 +489,8 @@ class LogSegment:
     def _read_largest_timestamp(self) -> tuple[int, int]:
         """Kafka's ``readLargestTimestamp``: the last time-index entry, or a later batch's
         larger timestamp (the time index is sparse: without this, a segment truncated below its
-        last entry forgot the timestamps of the batches it keeps, and timestamp lookups skipped
-        it; found by the stateful model test)."""
+        last entry would forget the timestamps of the batches it keeps, and timestamp lookups
+        would skip it; tests/reliability/test_model.py)."""
         ts, off = self.time_index.last_entry
         try:
             for loc in self.batches_for(off):

@@ -68,7 +68,7 @@ class Root(Transactions, TableReading):
         self._had_clean_shutdown = False
         self._recovery_points: dict[tuple[str, int], int] = {}
         # readers honour the log start offsets too: retention checkpoints the new start before it
-        # renames segments, so a reader never sees retention half done (crash-point campaign)
+        # renames segments, so a reader never sees retention half done (test_crash_points.py)
         self._start_offsets = writer.read_start_offsets(storage)
         self.recoveries: list[Recovery] = []
         self._meta = TopicMetadata.load(storage)
@@ -123,7 +123,7 @@ class Root(Transactions, TableReading):
             raise TopicExistsError(f"topic {name!r} already exists in {self.storage.describe()}")
         # metadata first: a crash before the directories exist leaves a complete topic (the
         # writer creates missing directories), never a topic inferred from a partial set of
-        # directories with default configs (crash-point campaign)
+        # directories with default configs (test_crash_points.py)
         self._meta.add_topic(name, partitions, cfg)
         try:
             for p in range(partitions):
@@ -435,7 +435,7 @@ class Root(Transactions, TableReading):
         bytes there (and maybe an unknown state file): the root then refuses further writes
         until it is reopened, whose recovery truncates them.  Otherwise the next
         acknowledgement of the same log would publish them, and a retry would duplicate them
-        (reliability campaign).  An error before any byte was written (a rejected append)
+        (tests/reliability/test_io_errors.py).  An error before any byte was written (a rejected append)
         leaves the root usable."""
         before = {key: self.writable_log(*key).log_end_offset for key in keys}
         try:
@@ -452,7 +452,7 @@ class Root(Transactions, TableReading):
         """Give partitions without a high watermark (a Kafka log directory, or a topic whose
         creation a crash interrupted) one at their log end *before* anything is appended to
         them: otherwise readers see an append before it is acknowledged, and a crash in the
-        middle of it leaves part of it visible (the power-cut tests of tests/reliability)."""
+        middle of it leaves part of it visible (tests/reliability/test_power_loss.py)."""
         missing = [key for key in keys if key not in self._state.high_watermarks]
         if missing:
             for key in missing:
