@@ -13,6 +13,7 @@ Byte layouts: batch header in :mod:`batch`, record layout in :mod:`_kernels_src`
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -123,50 +124,25 @@ def decode(
         data, start=start, end=end, path=path, base_position=base_position, allow_torn_tail=allow_torn_tail
     )
     headers = parse_headers(data, scan.position, scan.size, scan.magic)
-    v2 = headers.magic >= 2
-    if v2.any():
+    if (headers.magic >= 2).any():
         check_v2_headers(data, headers, verify_crc=verify_crc, path=path, base_position=base_position)
-    legacy_rows: list[Any] = []
-    if not v2.all():
-        legacy_rows = _decode_legacy(data, headers, verify_crc, path, base_position)
-    records, batch_index = _decode_v2(data, headers, v2, path, base_position)
-    if legacy_rows:
-        records, batch_index = _merge_legacy(records, batch_index, legacy_rows)
-    headers.position = headers.position + base_position
-    return RecordSet(records, batch_index, headers, scan.end, scan.torn_bytes)
-
-
-def _decode_v2(
-    data: np.ndarray, h: BatchHeaders, v2: np.ndarray, path: str | None, base: int
-) -> tuple[pa.Table, np.ndarray]:
-    idx = np.nonzero(v2)[0]
-    rec_start = h.position[idx] + HEADER_SIZE
-    rec_end = h.position[idx] + h.size[idx]
-    count = h.records_count[idx]
-    codec = h.codec[idx]
-    buffer = data
-    if (codec != 0).any():
-        buffer, rec_start, rec_end = _decompress(data, h, idx, rec_start, rec_end, path, base)
-    walked = walk_records(
-        buffer,
-        rec_start,
-        rec_end,
-        count,
-        h.base_offset[idx],
-        h.base_timestamp[idx],
-        ((h.attributes[idx] >> 3) & 1).astype(np.bool_),
-        h.max_timestamp[idx],
-        spans=False,
-        decompressed=codec != 0,
-        error=lambda j, msg: batch_error(h, int(idx[j]), msg, path, base),
+    sections = record_sections(data, headers, verify_crc=verify_crc, path=path, base_position=base_position)
+    walked = walk_decoded(sections, error=lambda j, msg: batch_error(headers, j, msg, path, base_position))
+    idx = np.arange(len(headers), dtype=np.int64)
+    column = _headers_column(
+        _kernels.active(),
+        sections.buffer,
+        walked.hdr_rec,
+        walked.hdr_pos,
+        walked.hdr_cnt,
+        walked.total_headers,
+        path,
+        base_position,
+        headers,
+        idx,
     )
-    assert walked.keys is not None and walked.values is not None
-    assert walked.hdr_rec is not None and walked.hdr_pos is not None and walked.hdr_cnt is not None
-    kern = _kernels.active()
-    headers = _headers_column(
-        kern, buffer, walked.hdr_rec, walked.hdr_pos, walked.hdr_cnt, walked.total_headers, path, base, h, idx
-    )
-    ts_type = np.repeat(((h.attributes[idx] >> 3) & 1).astype(np.int32), count)
+    ts_type = np.repeat(((headers.attributes >> 3) & 1).astype(np.int32), sections.count)
+    sections.fix_legacy(walked.offset, walked.timestamp, ts_type)
     table = pa.Table.from_arrays(
         [
             pa.array(walked.offset),
@@ -174,124 +150,276 @@ def _decode_v2(
             pa.array(ts_type),
             walked.keys,
             walked.values,
-            headers,
+            column,
         ],
         schema=RECORD_SCHEMA,
     )
-    return table, np.repeat(idx, count)
+    headers.position = headers.position + base_position
+    return RecordSet(table, np.repeat(idx, sections.count), headers, scan.end, scan.torn_bytes)
+
+
+# ============================================================================ records sections
 
 
 @dataclass
-class Walked:
-    """Where each record of a run of records sections is (``_kernels_src.walk_records``)."""
+class Sections:
+    """The records sections of a run of log entries, where the record walk reads them.
+
+    ``buffer`` starts with the entries' bytes (an entry's position is the same in both); after
+    them come the records of compressed batches, decompressed, and those of legacy (magic 0/1)
+    entries re-encoded as a v2 records section: decoding and the cleaner's spans read legacy
+    entries the one way.  Entry ``j`` has ``count[j]`` records in ``buffer[start[j]:end[j]]``,
+    their offset and timestamp deltas relative to ``base_offset[j]`` and ``base_timestamp[j]``;
+    the records of the legacy entries ``legacy`` take their own offsets and timestamps
+    (:meth:`fix_legacy`)."""
+
+    buffer: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    count: np.ndarray
+    base_offset: np.ndarray
+    base_timestamp: np.ndarray
+    log_append: np.ndarray
+    max_timestamp: np.ndarray
+    decompressed: np.ndarray  # bool: the section came out of a decompressor (error messages say so)
+    legacy: list[tuple[int, LegacyRecords]]
+
+    @functools.cached_property
+    def first(self) -> np.ndarray:
+        """``first[j]:first[j + 1]`` are the rows of entry ``j``'s records."""
+        first = np.zeros(self.count.shape[0] + 1, np.int64)
+        np.cumsum(self.count, out=first[1:])
+        return first
+
+    def fix_legacy(
+        self, offset: np.ndarray, timestamp: np.ndarray, timestamp_type: np.ndarray | None = None
+    ) -> None:
+        """Give the walked records of legacy entries their own offsets, timestamps (and types)."""
+        for j, rec in self.legacy:
+            lo, hi = int(self.first[j]), int(self.first[j + 1])
+            offset[lo:hi] = rec.offset
+            timestamp[lo:hi] = rec.timestamp
+            if timestamp_type is not None:
+                timestamp_type[lo:hi] = rec.timestamp_type
+
+
+@dataclass(frozen=True)
+class LegacyRecords:
+    """The offsets, timestamps and timestamp types of a legacy entry's records (magic 0 has no
+    timestamps: -1 and type -1)."""
 
     offset: np.ndarray
     timestamp: np.ndarray
-    key_pos: np.ndarray | None  # spans: where each key starts, key and value lengths
-    key_len: np.ndarray | None
-    val_len: np.ndarray | None
-    tail: np.ndarray | None  # spans: keyLength varint position and record end
-    end: np.ndarray | None
-    keys: pa.Array | None  # decoding: keys and values copied out, and the records with
-    values: pa.Array | None  # headers (which, where their headers start, how many)
-    hdr_rec: np.ndarray | None
-    hdr_pos: np.ndarray | None
-    hdr_cnt: np.ndarray | None
+    timestamp_type: np.ndarray
+
+
+def record_sections(
+    data: np.ndarray,
+    h: BatchHeaders,
+    *,
+    verify_crc: bool = True,
+    path: str | None = None,
+    base_position: int = 0,
+) -> Sections:
+    """The records sections of the complete entries ``h`` (positions relative to ``data``, v2
+    headers already checked): compressed ones decompressed, legacy ones decoded (their rows
+    of ``h`` filled in, their CRCs checked unless ``verify_crc`` is False) and re-encoded."""
+    start = h.position + HEADER_SIZE
+    end = h.position + h.size
+    count = h.records_count.copy()
+    base_offset = h.base_offset.copy()
+    base_timestamp = h.base_timestamp.copy()
+    log_append = ((h.attributes >> 3) & 1).astype(np.bool_)
+    decompressed = np.zeros(len(h), np.bool_)
+    legacy: list[tuple[int, LegacyRecords]] = []
+    parts: list[np.ndarray] = [data]
+    total = int(data.shape[0])
+    mv = data.data
+    for i in np.nonzero((h.magic < 2) | (h.codec != 0))[0].tolist():
+        p, s = int(h.position[i]), int(h.size[i])
+        if h.magic[i] >= 2:
+            try:
+                raw = compression.decompress(
+                    int(h.codec[i]), mv[p + HEADER_SIZE : p + s], magic=2, max_size=MAX_DECOMPRESSED_BATCH
+                )
+            except CorruptRecordError as e:
+                raise batch_error(h, i, e.reason, path, base_position) from e
+            section = np.frombuffer(raw, dtype=np.uint8)
+            decompressed[i] = True
+        else:
+            section, rec, base_timestamp[i] = _legacy_section(mv, h, i, verify_crc, path, base_position)
+            count[i], base_offset[i], log_append[i] = h.records_count[i], 0, False
+            legacy.append((i, rec))
+        parts.append(section)
+        start[i] = total
+        total += int(section.shape[0])
+        end[i] = total
+    buffer = np.concatenate(parts) if len(parts) > 1 else data
+    return Sections(
+        buffer,
+        start,
+        end,
+        count,
+        base_offset,
+        base_timestamp,
+        log_append,
+        h.max_timestamp,
+        decompressed,
+        legacy,
+    )
+
+
+def _legacy_section(
+    mv: memoryview, h: BatchHeaders, i: int, verify_crc: bool, path: str | None, base: int
+) -> tuple[np.ndarray, LegacyRecords, int]:
+    """Decode legacy entry ``i`` (a per-entry Python step: legacy data is rare and small), fill
+    its row of ``h`` as Kafka's ``AbstractLegacyRecordBatch`` reads it, and re-encode its records
+    as one v2 records section: (the section, the records' own offsets and timestamps, the base
+    timestamp of the section's deltas)."""
+    from pylog.storage.codec.legacy import decode_legacy_entry
+
+    try:
+        entry = decode_legacy_entry(mv, int(h.position[i]), verify_crc=verify_crc)
+    except CorruptRecordError as e:
+        raise e.with_context(path=path, offset=base) from e
+    recs = entry.records
+    h.base_offset[i] = recs[0].offset if recs else entry.offset
+    h.last_offset_delta[i] = entry.offset - h.base_offset[i]
+    h.attributes[i] = entry.codec | ((1 if entry.timestamp_type == LOG_APPEND_TIME else 0) << 3)
+    h.crc[i] = entry.crc
+    h.base_timestamp[i] = entry.timestamp
+    h.max_timestamp[i] = max((r.timestamp for r in recs), default=entry.timestamp)
+    h.partition_leader_epoch[i] = -1
+    h.producer_id[i] = -1
+    h.producer_epoch[i] = -1
+    h.base_sequence[i] = -1
+    h.records_count[i] = len(recs)
+    rec = LegacyRecords(
+        np.array([r.offset for r in recs], np.int64),
+        np.array([r.timestamp for r in recs], np.int64),
+        np.array([r.timestamp_type for r in recs], np.int32),
+    )
+    if not recs:
+        return np.zeros(0, np.uint8), rec, 0
+    enc = encode(
+        pa.array([r.value for r in recs], pa.binary()),
+        pa.array([r.key for r in recs], pa.binary()),
+        rec.timestamp,
+        batch_bytes=2**31,
+    )
+    return enc.buffer[HEADER_SIZE:], rec, int(enc.batches.base_timestamp[0])
+
+
+@dataclass
+class RecordSpans:
+    """Where each record of some records sections is, nothing copied (the cleaner's view, see
+    :mod:`rewrite`): offset, timestamp, where its key starts, key and value lengths, and its
+    *tail* (from its keyLength varint) and end."""
+
+    offset: np.ndarray
+    timestamp: np.ndarray
+    key_pos: np.ndarray
+    key_len: np.ndarray
+    val_len: np.ndarray
+    tail: np.ndarray
+    end: np.ndarray
+
+
+@dataclass
+class DecodedRecords:
+    """The records of some records sections, decoded: offset, timestamp, keys and values copied
+    out, and the records with headers (which, where their headers start, how many)."""
+
+    offset: np.ndarray
+    timestamp: np.ndarray
+    keys: pa.Array
+    values: pa.Array
+    hdr_rec: np.ndarray
+    hdr_pos: np.ndarray
+    hdr_cnt: np.ndarray
     total_headers: int
 
 
-def walk_records(
-    buffer: np.ndarray,
-    rec_start: np.ndarray,
-    rec_end: np.ndarray,
-    count: np.ndarray,
-    base_offset: np.ndarray,
-    base_timestamp: np.ndarray,
-    log_append: np.ndarray,
-    max_timestamp: np.ndarray,
-    *,
-    spans: bool,
-    decompressed: np.ndarray,
-    error: Callable[[int, str], CorruptRecordError],
-) -> Walked:
-    """Locate the ``count[j]`` records of each records section ``buffer[rec_start[j]:rec_end[j]]``
-    and their offsets and timestamps, checking every length against the end of its record.
+WalkError = Callable[[int, str], CorruptRecordError]
+"""``error(j, message)``: the error for corrupt framing in section ``j``."""
 
-    ``spans`` records each record's tail and end (for rebuilding batches, see rewrite.py)
-    instead of its value position and headers (for decoding).  Corrupt framing raises
-    ``error(j, message)`` for section ``j``; ``decompressed[j]`` tells the message whether
-    the section's bytes came out of a decompressor."""
-    too_many = count * MIN_RECORD_BYTES > rec_end - rec_start
-    if too_many.any():
-        j = int(np.argmax(too_many))
-        size = int(rec_end[j] - rec_start[j])
-        raise error(j, f"record count {int(count[j])} cannot fit in {size} bytes of records")
-    n = int(count.sum())
+
+def walk_spans(sec: Sections, error: WalkError) -> RecordSpans:
+    """Locate every record of ``sec``, checking every length against the end of its record
+    (:func:`_kernels_src.walk_records`); legacy records take their own offsets and timestamps."""
+    n = _check_counts(sec, error)
     status = np.zeros(8, np.int64)
-    sections = (buffer, rec_start, rec_end, count, base_offset, base_timestamp, log_append, max_timestamp)
-    if spans:
-        off, ts, key_pos, key_len, val_len, tail, end = (np.empty(n, np.int64) for _ in range(7))
-        w = Walked(off, ts, key_pos, key_len, val_len, tail, end, None, None, None, None, None, 0)
-        got = _kernels.active().walk_records(
-            *sections, w.offset, w.timestamp, w.key_pos, w.key_len, w.val_len, w.tail, w.end,
-            None, None, None, None, None, status,
-        )  # fmt: skip
-    else:
-        # decoded columns come from Arrow's pool, like the Arrow arrays built beside them;
-        # every key (value) lies inside its records section: their total bounds the bytes
-        capacity = int((rec_end - rec_start).sum())
-        keys, values = _binary_out(n, capacity, scratch=True), _binary_out(n, capacity)
-        rare = _empty(5 * n).reshape(5, n)
-        w = Walked(_empty(n), _empty(n), None, None, None, None, None, None, None, None, None, None, 0)
-        got = _kernels.active().walk_records(
-            *sections, w.offset, w.timestamp, None, None, None, None, None,
-            rare, keys[0][1], keys[1][1], values[0][1], values[1][1], status,
-        )  # fmt: skip
-    if got < 0:
-        j, rec = int(status[1]), int(status[3])
-        where = int(status[2]) - int(rec_start[j])
-        what = "decompressed records" if decompressed[j] else "records"
-        msg = _MESSAGES.get(int(status[0]), "corrupt")
-        raise error(j, f"record {rec} (byte {where} of the {what}): {msg}")
-    if not spans:
-        key_nulls, value_nulls, with_headers = (int(c) for c in status[4:7])
-        w.keys = _binary_array(*keys, rare[0, :key_nulls])
-        w.values = _binary_array(*values, rare[1, :value_nulls])
-        w.hdr_rec, w.hdr_pos, w.hdr_cnt = rare[2:5, :with_headers]
-    w.total_headers = int(got)
+    w = RecordSpans(*(np.empty(n, np.int64) for _ in range(7)))
+    got = _kernels.active().walk_records(
+        *_walk_inputs(sec), w.offset, w.timestamp, w.key_pos, w.key_len, w.val_len, w.tail, w.end,
+        None, None, None, None, None, status,
+    )  # fmt: skip
+    _check_walk(sec, got, status, error)
+    sec.fix_legacy(w.offset, w.timestamp)
     return w
 
 
-def _decompress(
-    data: np.ndarray,
-    h: BatchHeaders,
-    idx: np.ndarray,
-    rec_start: np.ndarray,
-    rec_end: np.ndarray,
-    path: str | None,
-    base: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Append every compressed batch's decompressed records to a copy of ``data``."""
-    parts: list[Any] = [data]
-    total = data.shape[0]
-    new_start, new_end = rec_start.copy(), rec_end.copy()
-    mv = data.data
-    for j in np.nonzero(h.codec[idx] != 0)[0]:
-        i = int(idx[j])
-        try:
-            raw = compression.decompress(
-                int(h.codec[i]),
-                mv[int(rec_start[j]) : int(rec_end[j])],
-                magic=2,
-                max_size=MAX_DECOMPRESSED_BATCH,
-            )
-        except CorruptRecordError as e:
-            raise batch_error(h, i, e.reason, path, base) from e
-        parts.append(np.frombuffer(raw, dtype=np.uint8))
-        new_start[j] = total
-        total += len(raw)
-        new_end[j] = total
-    return np.concatenate(parts), new_start, new_end
+def walk_decoded(sec: Sections, error: WalkError) -> DecodedRecords:
+    """Decode every record of ``sec`` (keys and values copied out as they are walked), checking
+    every length against the end of its record.  Offsets and timestamps are as walked: the
+    caller applies :meth:`Sections.fix_legacy`."""
+    n = _check_counts(sec, error)
+    status = np.zeros(8, np.int64)
+    # decoded columns come from Arrow's pool, like the Arrow arrays built beside them;
+    # every key (value) lies inside its records section: their total bounds the bytes
+    capacity = int((sec.end - sec.start).sum())
+    keys, values = _binary_out(n, capacity, scratch=True), _binary_out(n, capacity)
+    rare = _empty(5 * n).reshape(5, n)
+    offset, timestamp = _empty(n), _empty(n)
+    got = _kernels.active().walk_records(
+        *_walk_inputs(sec), offset, timestamp, None, None, None, None, None,
+        rare, keys[0][1], keys[1][1], values[0][1], values[1][1], status,
+    )  # fmt: skip
+    _check_walk(sec, got, status, error)
+    key_nulls, value_nulls, with_headers = (int(c) for c in status[4:7])
+    hdr_rec, hdr_pos, hdr_cnt = rare[2:5, :with_headers]
+    return DecodedRecords(
+        offset,
+        timestamp,
+        _binary_array(*keys, rare[0, :key_nulls]),
+        _binary_array(*values, rare[1, :value_nulls]),
+        hdr_rec,
+        hdr_pos,
+        hdr_cnt,
+        int(got),
+    )
+
+
+def _walk_inputs(sec: Sections) -> tuple[np.ndarray, ...]:
+    return (
+        sec.buffer,
+        sec.start,
+        sec.end,
+        sec.count,
+        sec.base_offset,
+        sec.base_timestamp,
+        sec.log_append,
+        sec.max_timestamp,
+    )
+
+
+def _check_counts(sec: Sections, error: WalkError) -> int:
+    """The number of records of ``sec``, once no section claims more than its bytes can hold."""
+    too_many = sec.count * MIN_RECORD_BYTES > sec.end - sec.start
+    if too_many.any():
+        j = int(np.argmax(too_many))
+        size = int(sec.end[j] - sec.start[j])
+        raise error(j, f"record count {int(sec.count[j])} cannot fit in {size} bytes of records")
+    return int(sec.count.sum())
+
+
+def _check_walk(sec: Sections, got: int, status: np.ndarray, error: WalkError) -> None:
+    if got < 0:
+        j, rec = int(status[1]), int(status[3])
+        where = int(status[2]) - int(sec.start[j])
+        what = "decompressed records" if sec.decompressed[j] else "records"
+        msg = _MESSAGES.get(int(status[0]), "corrupt")
+        raise error(j, f"record {rec} (byte {where} of the {what}): {msg}")
 
 
 _scratch = threading.local()
@@ -411,52 +539,6 @@ def _headers_column(
     hvals = _binary_column(kern, buffer, hv_pos, hv_len)
     struct = pa.StructArray.from_arrays([hkeys, hvals], fields=list(HEADER_TYPE))
     return pa.ListArray.from_arrays(pa.array(list_offsets), struct, type=pa.list_(HEADER_TYPE))
-
-
-def _decode_legacy(
-    data: np.ndarray, h: BatchHeaders, verify_crc: bool, path: str | None, base: int
-) -> list[Any]:
-    """Decode legacy entries (a per-entry Python step: legacy data is rare and small)."""
-    from pylog.storage.codec.legacy import decode_legacy_entry
-
-    rows: list[Any] = []
-    mv = data.data
-    for i in np.nonzero(h.magic < 2)[0].tolist():
-        try:
-            entry = decode_legacy_entry(mv, int(h.position[i]), verify_crc=verify_crc)
-        except CorruptRecordError as e:
-            raise e.with_context(path=path, offset=base) from e
-        recs = entry.records
-        h.base_offset[i] = recs[0].offset if recs else entry.offset
-        h.last_offset_delta[i] = entry.offset - h.base_offset[i]
-        h.attributes[i] = entry.codec | ((1 if entry.timestamp_type == LOG_APPEND_TIME else 0) << 3)
-        h.crc[i] = entry.crc
-        h.base_timestamp[i] = entry.timestamp
-        h.max_timestamp[i] = max((r.timestamp for r in recs), default=entry.timestamp)
-        h.partition_leader_epoch[i] = -1
-        h.producer_id[i] = -1
-        h.producer_epoch[i] = -1
-        h.base_sequence[i] = -1
-        h.records_count[i] = len(recs)
-        rows.extend((i, r) for r in recs)
-    return rows
-
-
-def _merge_legacy(v2: pa.Table, v2_index: np.ndarray, rows: list[Any]) -> tuple[pa.Table, np.ndarray]:
-    legacy = pa.Table.from_arrays(
-        [
-            pa.array([r.offset for _, r in rows], pa.int64()),
-            pa.array([r.timestamp for _, r in rows], pa.int64()),
-            pa.array([r.timestamp_type for _, r in rows], pa.int32()),
-            pa.array([r.key for _, r in rows], pa.binary()),
-            pa.array([r.value for _, r in rows], pa.binary()),
-            pa.array([[] for _ in rows], pa.list_(HEADER_TYPE)),
-        ],
-        schema=RECORD_SCHEMA,
-    )
-    index = np.concatenate([v2_index, np.array([i for i, _ in rows], dtype=np.int64)])
-    order = np.argsort(index, kind="stable")
-    return pa.concat_tables([v2, legacy]).take(pa.array(order)), index[order]
 
 
 def concat_records(sets: Sequence[RecordSet]) -> pa.Table:

@@ -31,10 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pylog.storage.codec import _kernels, compression, records
+from pylog.storage.codec import _kernels, records
 from pylog.storage.codec import batch as B
 from pylog.storage.codec.columns import varint_sizes
-from pylog.storage.errors import CorruptRecordError
 
 COPY, REBUILD, EMPTY, DROP = 0, 1, 2, 3
 """What :func:`rebuild` does with each input batch."""
@@ -91,79 +90,16 @@ def walk(
     within the file positions ``trusted = (start, end)`` (already verified by the caller in
     this pass) skip the CRC check."""
     h = headers.take(slice(None))
-    n = len(h)
-    v2 = h.magic >= 2
     check: bool | np.ndarray = True
     if trusted is not None:
         at = h.position + base_position
         check = ~((at >= trusted[0]) & (at + h.size <= trusted[1]))
     B.check_v2_headers(data, h, verify_crc=check, path=path, base_position=base_position)
-    rec_start = h.position + B.HEADER_SIZE
-    rec_end = h.position + h.size
-    count = h.records_count.copy()
-    base_off = h.base_offset.copy()
-    base_ts = h.base_timestamp.copy()
-    log_append = ((h.attributes >> 3) & 1).astype(np.bool_)
-    parts: list[np.ndarray] = [data]
-    total = int(data.shape[0])
-    mv = data.data
-    legacy_fix: list[tuple[int, records.RecordSet]] = []
-    for i in np.nonzero(~v2 | (h.codec != 0))[0].tolist():
-        p, s = int(h.position[i]), int(h.size[i])
-        if h.magic[i] >= 2:
-            try:
-                raw = compression.decompress(
-                    int(h.codec[i]), mv[p + B.HEADER_SIZE : p + s], max_size=records.MAX_DECOMPRESSED_BATCH
-                )
-            except CorruptRecordError as e:
-                raise B.batch_error(h, i, e.reason, path, base_position) from e
-            section = np.frombuffer(raw, dtype=np.uint8)
-        else:  # legacy: decode, re-encode as one v2 records section, walk that
-            rs = records.decode(data[p : p + s], path=path, base_position=base_position + p)
-            legacy_fix.append((i, rs))
-            t = rs.records
-            for name in ("base_offset", "last_offset_delta", "attributes", "base_timestamp", "max_timestamp"):
-                getattr(h, name)[i] = getattr(rs.batches, name)[0]
-            h.records_count[i] = count[i] = t.num_rows
-            enc = records.encode(
-                t.column("value"),
-                t.column("key"),
-                t.column("timestamp"),
-                t.column("headers"),
-                batch_bytes=2**31,
-            )
-            section = enc.buffer[B.HEADER_SIZE :]
-            base_off[i] = 0
-            base_ts[i] = int(enc.batches.base_timestamp[0]) if t.num_rows else 0
-            log_append[i] = False
-        parts.append(section)
-        rec_start[i] = total
-        total += int(section.shape[0])
-        rec_end[i] = total
-    buffer = np.concatenate(parts) if len(parts) > 1 else data
-    w = records.walk_records(
-        buffer,
-        rec_start,
-        rec_end,
-        count,
-        base_off,
-        base_ts,
-        log_append,
-        h.max_timestamp,
-        spans=True,
-        decompressed=h.codec != 0,
-        error=lambda j, msg: B.batch_error(h, j, msg, path, base_position),
+    sec = records.record_sections(data, h, path=path, base_position=base_position)
+    w = records.walk_spans(sec, error=lambda j, msg: B.batch_error(h, j, msg, path, base_position))
+    return Spans(
+        sec.buffer, h, sec.first, w.offset, w.timestamp, w.tail, w.key_pos, w.key_len, w.val_len, w.end
     )
-    assert w.tail is not None and w.end is not None and w.key_pos is not None
-    assert w.key_len is not None and w.val_len is not None
-    first = np.zeros(n + 1, np.int64)
-    np.cumsum(count, out=first[1:])
-    off, ts = w.offset, w.timestamp
-    for i, rs in legacy_fix:
-        lo, hi = int(first[i]), int(first[i + 1])
-        off[lo:hi] = rs.records.column("offset").to_numpy()
-        ts[lo:hi] = rs.records.column("timestamp").to_numpy()
-    return Spans(buffer, h, first, off, ts, w.tail, w.key_pos, w.key_len, w.val_len, w.end)
 
 
 def rebuild(
