@@ -131,13 +131,7 @@ def _hash_arrow(arr: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
     null = _null_mask(arr)
     starts = offsets[:-1].astype(np.int64)
     lengths = (offsets[1:] - offsets[:-1]).astype(np.int64)
-    if null is not None:
-        # Arrow allows a null slot to span bytes; it hashes as nothing.
-        lengths[null] = 0
-    hashes = _murmur2_core(data, starts, lengths)
-    if null is not None:
-        hashes[null] = 0
-    return hashes, null
+    return _hash_spans(data, starts, lengths, null), null
 
 
 def _hash_fixed(arr: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
@@ -149,12 +143,20 @@ def _hash_fixed(arr: pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
     starts = (np.arange(n, dtype=np.int64) + arr.offset) * width
     lengths = np.full(n, width, dtype=np.int64)
     null = _null_mask(arr)
+    return _hash_spans(data, starts, lengths, null), null
+
+
+def _hash_spans(
+    data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, null: np.ndarray | None
+) -> np.ndarray:
+    """murmur2 of each span ``data[starts[i]:starts[i] + lengths[i]]``; 0 for the ``null`` ones
+    (Arrow allows a null slot to span bytes: it hashes as nothing).  ``lengths`` is modified."""
     if null is not None:
         lengths[null] = 0
     hashes = _murmur2_core(data, starts, lengths)
     if null is not None:
         hashes[null] = 0
-    return hashes, null
+    return hashes
 
 
 def _data_array(buf: pa.Buffer | None) -> np.ndarray:
