@@ -26,6 +26,7 @@ from pylog.connector.javaregex import JavaRegexError, compile_java
 from pylog.connector.optionspec import SOURCE_OPTIONS, SPECIFIC, read_options
 from pylog.storage.config import show, validate_topic_name
 from pylog.storage.errors import ConfigError, SourceOptionError
+from pylog.storage.partition.checkpoint import TopicPartition
 
 log = logging.getLogger("pylog.connector")
 
@@ -40,8 +41,6 @@ OPTIONS: dict[str, str] = {o.name: o.values for o in SOURCE_OPTIONS}
 SUBSCRIPTIONS = ("assign", "subscribe", "subscribePattern")
 DEFAULT_GROUP_ID_PREFIX = "spark-pylog-source"
 _GROUP_RE = re.compile(r"[a-zA-Z0-9._-]{1,200}")
-
-TopicPartition = tuple[str, int]
 
 
 # ============================================================================ values
