@@ -236,7 +236,7 @@ def test_torn_broker_segment_dumps_with_exit_0_and_verify_fails(tmp_path: Path) 
 @pytest.mark.subprocess
 def test_a_reader_that_stops_early_is_not_an_error_of_the_file(tmp_path: Path) -> None:
     """``pylog dump ... | head``: the closed pipe ends the dump quietly; it is not reported as a
-    problem of the segment being dumped (it used to print "<file>: Broken pipe")."""
+    problem of the segment being dumped (no "<file>: Broken pipe")."""
     values = [b"v%06d" % i for i in range(20_000)]
     log = tmp_path / "00000000000000000000.log"
     log.write_bytes(records.encode(values, None, 1000, batch_bytes=4096).tobytes())
