@@ -1,4 +1,4 @@
-"""Issue #30: a commit on an object store costs what it changes, whatever the root's history.
+"""A commit on an object store costs what it changes, whatever the root's history.
 
 Appends of 4 records to every partition, no maintenance in between (segment objects pile up):
 the requests and the bytes of a commit are counted, not timed, early and late in the run.  What

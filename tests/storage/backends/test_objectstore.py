@@ -489,9 +489,9 @@ def test_a_store_ignoring_conditional_creates_is_refused(monkeypatch: pytest.Mon
 
 
 def test_a_segment_object_deleted_by_hand_is_named_with_its_offsets(s3_backend: Backend) -> None:
-    """Issue #30: a segment's object deleted outside pylog gave readers a bare ``OSError: [Errno
-    None]``; now a :class:`StorageIOError` (a StorageError, and an OSError with errno ENOENT)
-    names the file, its object and the offsets the segment holds, for a reader and a writer."""
+    """A segment's object deleted outside pylog: a reader and a writer get a
+    :class:`StorageIOError` (a StorageError, and an OSError with errno ENOENT) naming the file,
+    its object and the offsets the segment holds, never a bare ``OSError``."""
     root = s3_backend.open()
     root.create_topic("t", config={"segment.bytes": "20000"})
     for i in range(6):  # each larger than what stays inline: an object per append
