@@ -46,16 +46,22 @@ INT32 = 1 << 31
 
 
 @dataclass
-class BatchMeta:
+class SequencedBatch:
+    """A batch of an idempotent producer: its sequence range, and its base offset."""
+
     first_seq: int
     last_seq: int
     base_offset: int | None = None  # None until its commit assigned it
 
 
 @dataclass
-class ProducerEntry:
+class ProducerSequences:
+    """What the server checks a producer's next batch on one partition against: its epoch and
+    last batches, the ones still in a pending commit included (the log's view of a producer is
+    :class:`pylog.storage.partition.producer_state.ProducerEntry`)."""
+
     epoch: int
-    batches: deque[BatchMeta] = field(default_factory=lambda: deque(maxlen=KEPT_BATCHES))
+    batches: deque[SequencedBatch] = field(default_factory=lambda: deque(maxlen=KEPT_BATCHES))
     used: float = field(default_factory=time.monotonic)
 
     @property
@@ -69,7 +75,7 @@ class Producers:
     def __init__(self, store: Store):
         self.store = store
         self._next_id = 0
-        self._state: dict[tuple[Key, int], ProducerEntry] = {}
+        self._state: dict[tuple[Key, int], ProducerSequences] = {}
         self._checks = 0
         store.before_append = self.before_append
         store.after_append = self.after_append
@@ -97,7 +103,7 @@ class Producers:
                     continue
                 p.sets[key] = checked.data
 
-    def _check_sequence(self, key: Key, s: records.ProducedSet) -> tuple[int, BatchMeta] | None:
+    def _check_sequence(self, key: Key, s: records.ProducedSet) -> tuple[int, SequencedBatch] | None:
         if s.producer_id < 0:
             return None
         self._checks += 1
@@ -118,7 +124,7 @@ class Producers:
                     f"a new epoch of producer {s.producer_id} must start at sequence 0, "
                     f"not {s.base_sequence}",
                 )
-            entry = ProducerEntry(s.producer_epoch)
+            entry = ProducerSequences(s.producer_epoch)
             self._state[(key, s.producer_id)] = entry
         for b in entry.batches:
             if b.first_seq == s.base_sequence and b.last_seq == s.last_sequence:
@@ -140,20 +146,20 @@ class Producers:
                 f"producer {s.producer_id} is unknown on {key[0]}-{key[1]}: its first sequence must be 0, "
                 f"not {s.base_sequence}",
             )
-        meta = BatchMeta(s.base_sequence, s.last_sequence)
+        meta = SequencedBatch(s.base_sequence, s.last_sequence)
         entry.batches.append(meta)
         entry.used = time.monotonic()
         return s.producer_id, meta
 
-    def _from_log(self, key: Key, pid: int) -> ProducerEntry | None:
+    def _from_log(self, key: Key, pid: int) -> ProducerSequences | None:
         """What the log says of producer ``pid`` on ``key``: its epoch and last five batches
         (after a restart, or once this process forgot an idle producer)."""
         lg = self.store.root.log(*key)
         found = producer_state.state_of(lg).producers.get(pid)
         if found is None or not found.batches:
             return None
-        entry = ProducerEntry(found.epoch)
-        entry.batches.extend(BatchMeta(b.first_seq, b.last_seq, b.base_offset) for b in found.batches)
+        entry = ProducerSequences(found.epoch)
+        entry.batches.extend(SequencedBatch(b.first_seq, b.last_seq, b.base_offset) for b in found.batches)
         self._state[(key, pid)] = entry
         return entry
 
