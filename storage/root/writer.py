@@ -52,6 +52,7 @@ from pylog.storage.errors import (
 )
 from pylog.storage.partition import checkpoint as ckpt
 from pylog.storage.partition import layout
+from pylog.storage.partition.checkpoint import Offsets
 from pylog.storage.partition.loader import Recovery, load_log
 from pylog.storage.partition.log import Log
 from pylog.storage.partition.segment import LogSegment, relative_headers, segment_name
@@ -64,8 +65,6 @@ LOCK_FILE = ".lock"
 CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
 CLEAN_SHUTDOWN_CONTENT = b'{"version":0,"brokerEpoch":-1}'
 LOCK_RETRY_SECONDS = 0.02
-
-Offsets = dict[tuple[str, int], int]
 
 
 def take_lock(storage: Storage, timeout: float) -> contextlib.ExitStack:
