@@ -117,7 +117,9 @@ def test_describe_shows_consumer_lag(filled: Backend, capsys: pytest.CaptureFixt
     ends = {p["partition"]: p["log_end_offset"] for p in info["topics"][0]["partitions"]}
     assert c["group"] == "my-query" and c["lag"] == ends[0] - 10 + ends[1]
     assert main(["describe", *args]) == 0
-    assert "consumer group my-query: lag" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "consumer group my-query: lag" in out
+    assert "A Spark query commits a micro-batch's offsets when it plans its next micro-batch" in out
 
 
 def test_describe_some_topics_only(filled: Backend, capsys: pytest.CaptureFixture[str]) -> None:

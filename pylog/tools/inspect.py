@@ -185,6 +185,12 @@ def format_describe(info: RootInfo) -> str:
         out.append(f"\nconsumer group {c['group']}: lag {c['lag']} records")
         for cp in c["partitions"]:
             out.append(f"  {cp['topic']}-{cp['partition']}: consumed up to {cp['consumed']}, lag {cp['lag']}")
+    if info.get("consumers"):
+        out.append(
+            "\nconsumed: the offsets a group committed; lag: from there to the end. A Spark query "
+            "commits a micro-batch's offsets when it plans its next micro-batch: the last one it "
+            "read counts as lag until then"
+        )
     return "\n".join(out)
 
 
