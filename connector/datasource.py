@@ -43,7 +43,6 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from pylog.connector.offsets import check_path
 from pylog.connector.options import SourceOptions, parse_options
 from pylog.connector.sink import PylogBatchWriter, PylogStreamWriter, make_writer
 from pylog.connector.source import BatchReader, PushdownBatchReader
@@ -79,8 +78,8 @@ class DefaultSource(DataSource):
         return parse_options(self.options)
 
     def schema(self) -> StructType:
-        opts = self._parsed()  # invalid options fail here, at load()
-        check_path(opts.path)
+        opts = self._parsed()  # invalid options fail here, at load() (a missing root when read:
+        # a batch read fails naming it, a stream waits for it)
         return spark_schema(opts.include_headers)
 
     def reader(self, schema: StructType) -> DataSourceReader:

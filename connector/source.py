@@ -18,6 +18,7 @@ from pylog.connector.offsets import (
     OffsetRange,
     RootView,
     check_given_offsets,
+    check_path,
     ending_offsets,
     initial_spec,
     listing,
@@ -58,7 +59,9 @@ class PushdownBatchReader(BatchReader):
 
 def plan_batch(opts: SourceOptions, bounds: Bounds | None = None) -> list[ReadTask]:
     """The tasks of a batch read: starting to ending offsets of every selected topic-partition,
-    narrowed by pushed-down filters, split by minPartitions / maxRecordsPerPartition."""
+    narrowed by pushed-down filters, split by minPartitions / maxRecordsPerPartition.  A local
+    root that does not exist is an error naming the path (a stream waits for it instead)."""
+    check_path(opts.path)
     bounds = bounds or Bounds()
     view = RootView(opts.path, opts.storage_options, opts.isolation_level)
     try:

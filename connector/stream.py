@@ -20,7 +20,9 @@ can move it.)
 
 Partitions that appear later (new partitions, new topics matching ``subscribePattern``) start at
 offset 0, i.e. at the earliest record, as in Kafka; a start below the log start offset is
-reported as data loss by the read.
+reported as data loss by the read.  A root that does not exist yet (a local directory a sink
+creates at its first commit) is read as a root without topics, as Kafka's subscribe to a topic
+that does not exist: nothing is read (logged once, naming the path) until its topics appear.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from pylog.connector.offsets import (
     RootView,
     backlog,
     check_given_offsets,
+    check_path,
     from_json,
     initial_spec,
     is_offset,
@@ -57,7 +60,7 @@ from pylog.connector.offsets import (
     split_ranges,
     to_json,
 )
-from pylog.connector.options import SourceOptions
+from pylog.connector.options import SourceOptionError, SourceOptions
 from pylog.connector.scan import ReadTask, read_task, task_for
 from pylog.connector.workers import on_task_start
 from pylog.storage.errors import PylogError
@@ -79,14 +82,27 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._last_trigger_ms = -math.inf  # Kafka's lastTriggerMillis = 0: the first trigger fires
         self._commit_warned = False
         self._expired = False
+        self._no_root_logged = False
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_view"] = None  # executors open their own
         return state
 
-    def _refresh(self) -> RootView:
+    def _refresh(self) -> RootView | None:
+        """The root as it is now; None while a local root does not exist yet."""
         if self._view is None:
+            try:
+                check_path(self.opts.path)
+            except SourceOptionError:
+                if not self._no_root_logged:
+                    self._no_root_logged = True
+                    log.warning(
+                        "option path: no pylog root at %s (yet): nothing is read until it is created; "
+                        "its topics are read from their earliest offsets as they appear",
+                        self.opts.path,
+                    )
+                return None
             self._view = RootView(self.opts.path, self.opts.storage_options, self.opts.isolation_level)
         else:
             self._view.refresh()
@@ -97,11 +113,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict[str, Any]:
         if self._initial is None:
             view = self._refresh()
-            tps = listing(view, self.opts.subscription)
+            tps = [] if view is None else listing(view, self.opts.subscription)
             spec = initial_spec(
                 self.opts.starting, tps, default="latest", subscription=self.opts.subscription
             )
-            check_given_offsets(self.opts.starting, view, tps, self.opts.fail_on_data_loss)
+            if view is not None:
+                check_given_offsets(self.opts.starting, view, tps, self.opts.fail_on_data_loss)
             self._initial = to_json(spec)
         return self._initial
 
@@ -114,10 +131,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         view = self._refresh()
-        self._target = view.latest_offsets(listing(view, self.opts.subscription))
+        self._target = {} if view is None else view.latest_offsets(listing(view, self.opts.subscription))
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         view = self._refresh()
+        if view is None:  # no root yet: nothing new
+            return start
         start_map = from_json(start, "start offset")
         latest = self._available(view)
         self._latest = latest
@@ -197,6 +216,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         view = self._view
         if view is None or not all(is_offset(v) for v in start_map.values()):
             view = self._refresh()
+        if view is None:  # no root yet (Spark plans batch 0 even when it is empty), or it is gone
+            if end_map:
+                check_path(self.opts.path)
+            return []
         ranges = []
         for tp, until in sorted(end_map.items()):
             new_start = 0
@@ -230,6 +253,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         offsets = resolved(from_json(end, "end offset"))
         try:
             view = self._view or self._refresh()
+            if view is None:  # the root is gone: nothing to record the offsets in
+                return
             write_consumer_offsets(view.root.storage, self.opts.group_id, offsets)
             if not self._expired:  # once per run: records of ended runs, as Kafka expires groups
                 self._expired = True
