@@ -10,11 +10,11 @@ exactly once (see ``storage/root/publish.py``), then runs the embedded maintenan
 from __future__ import annotations
 
 import logging
-import os
 import time
 from typing import Any
 
 from pylog.connector.sink_options import SinkOptions, TopicMeta, open_sink_root
+from pylog.storage import faults
 from pylog.storage.backends.objectfs import ObjectStorage
 from pylog.storage.errors import ConfigError, StorageError
 from pylog.storage.maintenance import merge
@@ -23,12 +23,6 @@ from pylog.storage.root import publish as pub
 from pylog.storage.root.manager import Root
 
 log = logging.getLogger("pylog.connector")
-
-CRASH_ENV = "PYLOG_TEST_CRASH_AT_STEP"
-"""Testing hook: when set to a publish step name ("appended", "flushed", "state-written"; on an
-object store also the manifest commit's "uploaded", "manifest-created", "committed"), the process
-exits abruptly at that step of a sink commit (crash-point tests of the exactly-once protocol).
-Never set it in production."""
 
 
 def _topic_meta(root: Root) -> TopicMeta:
@@ -89,16 +83,9 @@ def publish(
     now = int(time.time() * 1000) if now is None else now
     # an overwrite decides what to hide from the partitions it sees: from the newest state
     with open_sink_root(opts, read_only=False, trust_known=not overwrite) as root:
-        crash_at = os.environ.get(CRASH_ENV)
-        if crash_at:
-
-            def crash(step: str) -> None:
-                if step == crash_at:
-                    os._exit(137)
-
-            root.step_hook = crash
-            if isinstance(root.storage, ObjectStorage):  # the steps of its manifest commit
-                root.storage.step_hook = crash
+        # crash-point tests of a real driver: off unless PYLOG_TEST_CRASH_AT_STEP is set
+        store = [root.storage.faults] if isinstance(root.storage, ObjectStorage) else []  # its commit's
+        faults.arm_from_environment(root.faults, *store)
 
         def commit() -> None:
             # a replayed batch publishes nothing, so it must not truncate either

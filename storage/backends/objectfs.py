@@ -47,7 +47,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from pylog.storage.backends import commitlog, orphans, overlay
@@ -59,6 +59,7 @@ from pylog.storage.backends.reads import ObjectReader
 from pylog.storage.backends.snapshot import LOG, Ref, Snapshot
 from pylog.storage.backends.worktree import Entry, VirtualAppend, WorkingTree
 from pylog.storage.errors import CommitConflictError, StorageError, StorageIOError
+from pylog.storage.faults import Faults
 
 log = logging.getLogger("pylog.storage")
 
@@ -79,7 +80,7 @@ class ObjectStorage(Storage):
     ):
         self.store = store
         self.read_only = read_only
-        self.step_hook: Callable[[str], None] | None = None
+        self.faults = Faults()  # the steps of a commit, for fault injection (pylog.storage.faults)
         self._lock = threading.RLock()
         self._reader = ObjectReader(store)
         self.snapshot = Snapshot()
@@ -129,10 +130,6 @@ class ObjectStorage(Storage):
     def number(self) -> int:
         """The version of the state this root sees (-1: none yet)."""
         return self.snapshot.number
-
-    def _step(self, name: str) -> None:
-        if self.step_hook is not None:
-            self.step_hook(name)
 
     # ------------------------------------------------------------------ manifests
 
@@ -221,10 +218,10 @@ class ObjectStorage(Storage):
         files, uploads = self._tree.changes(self.snapshot, token)
         # a sweep that began before this reading of its mark never deletes what is uploaded next
         mark = self._sweep_mark if self._sweep_mark is not _UNREAD else orphans.sweep_mark(self.store)
-        self._step("before-upload")
+        self.faults.step("before-upload")
         uploaded_at = time.monotonic()
         self.store.put_many(uploads)
-        self._step("uploaded")
+        self.faults.step("uploaded")
         creating = False  # a create of our commit object is in flight (it may have landed)
 
         def step(name: str) -> None:
@@ -233,7 +230,7 @@ class ObjectStorage(Storage):
                 creating = True
             elif name == "conflict":
                 creating = False  # that create lost: our commit is not there
-            self._step(name)
+            self.faults.step(name)
 
         try:
             if time.monotonic() - uploaded_at > self.orphan_grace_s() / 2:
@@ -270,7 +267,7 @@ class ObjectStorage(Storage):
         self._reader.remember(uploads)
         self._load(done.snapshot, keep_deferred=True)
         self._run_deferred(done.due)
-        self._step("committed")
+        self.faults.step("committed")
         return True
 
     def _survive_sweeps(self, mark: bytes | None, uploads: list[tuple[str, bytes]]) -> None:

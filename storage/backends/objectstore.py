@@ -42,6 +42,7 @@ from pylog.storage.errors import (
     ConfigError,
     ObjectStoreError,
 )
+from pylog.storage.faults import Faults
 
 log = logging.getLogger("pylog.storage")
 
@@ -242,7 +243,7 @@ class ObjectStore:
         self.base = base.rstrip("/")
         self.protocol = self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
         self.requests = RequestCounter()
-        self.step_hook: Callable[[str], None] | None = None
+        self.faults = Faults()  # its conditional create, for fault injection (pylog.storage.faults)
 
     def __repr__(self) -> str:
         return f"ObjectStore({self.url!r})"
@@ -388,8 +389,7 @@ class ObjectStore:
             self.requests.add("create")
             try:
                 self._create_once(key, data)
-                if self.step_hook is not None:
-                    self.step_hook("created")
+                self.faults.step("created")
                 return True
             except FileExistsError:
                 pass

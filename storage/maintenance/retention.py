@@ -165,7 +165,7 @@ def _delete(log: Log, segs: list[LogSegment], *, now: int, checkpoint: bool, res
     new_start = max(log.log_start_offset, log.segments[n].base_offset) if n < len(log.segments) else None
     if checkpoint and new_start is not None:
         write_log_start_checkpoint(log, new_start)
-        log._step("log-start-checkpointed")
+        log.faults.step("log-start-checkpointed")
     bases = [s.base_offset for s in segs]
     result.bytes_deleted += log.delete_segments(segs, now=now)
     result.segments_deleted += len(bases)

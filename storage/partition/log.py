@@ -12,7 +12,7 @@ segments) is :mod:`consistency`'s part of the class.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ from pylog.storage.errors import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
+from pylog.storage.faults import Faults
 from pylog.storage.partition import layout, producer_state
 from pylog.storage.partition.consistency import RELISTS as _RELISTS
 from pylog.storage.partition.consistency import ConsistentReads, now_ms
@@ -116,8 +117,8 @@ class Log(ConsistentReads):
         them raises :class:`DamagedLogError`, and the log end offset covers them."""
         self._layout_checked: layout.Checked = set()
         self._dense: bool | None = None  # see offsets_dense
-        self.step_hook: Callable[[str], None] | None = None
-        """Called with the name of each step of a multi-step change (crash-point tests)."""
+        self.faults = Faults()
+        """The named steps of its multi-step changes, for fault injection (pylog.storage.faults)."""
         self._opened_ms = now_ms()  # (a read-only log's messages)
         self.relistings = 0
         """Times a read-only log listed its directory again because the files changed under it."""
@@ -315,17 +316,17 @@ class Log(ConsistentReads):
             self.segments.pop()
         else:
             old.on_become_inactive()
-        self._step("roll-old-closed")
+        self.faults.step("roll-old-closed")
         seg = LogSegment(
             self.storage, self.directory, base, self.config, created_ms=now_ms() if now is None else now
         )
         seg.open_for_append()
-        self._step("roll-new-created")
+        self.faults.step("roll-new-created")
         self.segments.append(seg)
         self._bases = np.array([s.base_offset for s in self.segments], dtype=np.int64)
         self.recovery_point = max(self.recovery_point, old.read_next_offset() if old.size else 0)
         self.storage.fsync_dir(self.directory)
-        self._step("rolled")
+        self.faults.step("rolled")
         return seg
 
     def flush(self, *, now: int | None = None) -> None:
@@ -509,10 +510,6 @@ class Log(ConsistentReads):
 
     # ------------------------------------------------------------------ replacing segments
 
-    def _step(self, name: str) -> None:
-        if self.step_hook is not None:
-            self.step_hook(name)
-
     def replace_segments(
         self, new: list[LogSegment], old: list[LogSegment], *, now: int | None = None
     ) -> None:
@@ -531,27 +528,27 @@ class Log(ConsistentReads):
             seg.flush()
             seg.close_files()
         self.storage.fsync_dir(self.directory)
-        self._step("cleaned-written")
+        self.faults.step("cleaned-written")
         for seg in sorted(new, key=lambda s: -s.base_offset):
             seg.change_suffix(".swap")
-            self._step("renamed-swap")
+            self.faults.step("renamed-swap")
         self.storage.fsync_dir(self.directory)
-        self._step("all-swap")
+        self.faults.step("all-swap")
         old_ids = {id(s) for s in old}
         for seg in sorted(old, key=lambda s: s.base_offset):
             if not any(seg is s for s in self.segments):
                 continue  # already removed by retention meanwhile (Kafka's existingOldSegments)
             seg.change_suffix(".deleted")
             self._pending_deletes.append((now + self.config.file_delete_delay_ms, seg))
-            self._step("renamed-deleted")
+            self.faults.step("renamed-deleted")
         for seg in sorted(new, key=lambda s: s.base_offset):
             seg.change_suffix("")
-            self._step("renamed-final")
+            self.faults.step("renamed-final")
         self.storage.fsync_dir(self.directory)
         kept = [s for s in self.segments if id(s) not in old_ids]
         self.segments = sorted(kept + list(new), key=lambda s: s.base_offset)
         self._bases = np.array([s.base_offset for s in self.segments], dtype=np.int64)
-        self._step("done")
+        self.faults.step("done")
         self.delete_pending(now)
 
     def delete_segments(self, segments: list[LogSegment], *, now: int | None = None) -> int:
@@ -573,11 +570,11 @@ class Log(ConsistentReads):
                 self.roll(now=now)
         removed = sum(s.size for s in segments)
         self.log_start_offset = max(self.log_start_offset, self.segments[n].base_offset)
-        self._step("log-start-advanced")
+        self.faults.step("log-start-advanced")
         for seg in segments:
             seg.change_suffix(".deleted")
             self._pending_deletes.append((now + self.config.file_delete_delay_ms, seg))
-            self._step("renamed-deleted")
+            self.faults.step("renamed-deleted")
         self.segments = self.segments[n:]
         self._bases = np.array([s.base_offset for s in self.segments], dtype=np.int64)
         self.storage.fsync_dir(self.directory)

@@ -289,14 +289,14 @@ def link(log: Log, name: str, seg: StagedSegment, *, now: int | None = None) -> 
     edits = _patches(storage, staged_log, seg, base - seg.base, log.config)  # checks: nothing changed yet
     try:
         storage.write_at(staged_log, edits)
-        log._step("link-patched")
+        log.faults.step("link-patched")
         _retire_active(log)
         final = join(directory, segment_name(base))
         for kind in _KINDS:
             src = f"{stem}.{kind}{STAGED_SUFFIX}"
             if kind == "log" or storage.exists(src):
                 storage.rename(src, f"{final}.{kind}")
-            log._step(f"link-renamed-{kind}")
+            log.faults.step(f"link-renamed-{kind}")
         new = LogSegment(storage, directory, base, log.config, created_ms=now_ms() if now is None else now)
         new.open_for_append()
         new.set_next_offset(base + seg.records)  # known: no read of its last batch
@@ -359,7 +359,7 @@ def adopt(log: Log, name: str, seg: StagedSegment, *, now: int | None = None) ->
             if kind in sizes:
                 src, n = sizes[kind]
                 storage.adopt(join(directory, src), f"{final}.{kind}", n, patch if kind == "log" else None)
-                log._step(f"adopted-{kind}")
+                log.faults.step(f"adopted-{kind}")
         new = LogSegment(storage, directory, base, log.config, created_ms=now_ms() if now is None else now)
         new.set_next_offset(base + seg.records)
         log.segments.append(new)

@@ -50,6 +50,7 @@ from pylog.storage.errors import (
     os_error_fix,
     os_error_reason,
 )
+from pylog.storage.faults import Faults
 from pylog.storage.partition import checkpoint as ckpt
 from pylog.storage.partition import layout
 from pylog.storage.partition.checkpoint import Offsets
@@ -127,7 +128,7 @@ def open_log(
     recovery_point: int,
     log_start_offset: int,
     high_watermark: int | None,
-    step_hook: Callable[[str], None] | None = None,
+    faults: Faults | None = None,
     recoveries: list[Recovery] | None = None,
 ) -> tuple[Log, Recovery | None]:
     """The log of one partition, limited to ``high_watermark`` (None: up to its end).
@@ -137,8 +138,8 @@ def open_log(
     The writer refuses a damaged log (:class:`DamagedLogError`, see the module docstring),
     recovers the others, and truncates what lies past the high watermark; it gets the
     :class:`Recovery` report too, also appended to ``recoveries`` (even when the log is then
-    refused: what recovery truncated is reported).  ``step_hook`` sees the named steps of the
-    log's changes (crash-point tests)."""
+    refused: what recovery truncated is reported).  ``faults`` (the root's) sees the named steps
+    of the log's changes too (:mod:`pylog.storage.faults`)."""
     directory = partition_dir(topic, partition)
     if writer:
         problems = _start_problems(log_start_offset, high_watermark)
@@ -157,7 +158,7 @@ def open_log(
         read_only=not writer,
     )
     lg = result.log
-    lg.step_hook = step_hook
+    lg.faults.parent = faults
     if writer and recoveries is not None:
         recoveries.append(result.recovery)
     if not writer:

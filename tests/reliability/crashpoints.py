@@ -3,8 +3,8 @@
 A :class:`Scenario` builds a root on a fresh :class:`MemStorage` (``setup``, deterministic) and
 names one operation (``action``).  :func:`enumerate_scenario` first runs the operation once to
 count its steps - every mutating file operation, and every named step the code reports through
-``Root.step_hook``/``Log.step_hook`` - and then, for each step k, rebuilds the same root, crashes
-right after step k, and recovers from
+the fault-injection seam (``Root.faults``/``Log.faults``, :mod:`pylog.storage.faults`) - and
+then, for each step k, rebuilds the same root, crashes right after step k, and recovers from
 
 * a process kill (the page cache survives: every byte and name written so far), and
 * a power cut (only what was fsynced: names as of each directory's last fsync),
@@ -325,7 +325,7 @@ def s_unclean(st: Storage) -> Context:
         if step == "flushed":
             raise NamedCrash(step)
 
-    root.step_hook = die
+    root.faults.hook = die
     files = _stage(root, "q", 0, 0, {("t", 0): [b"lost-%d" % i for i in range(9)]})
     with contextlib.suppress(NamedCrash):
         root.publish("q", 0, files)
@@ -522,9 +522,9 @@ def states_of(sc: Scenario, world: str = "local") -> list[Served]:
 
 
 def _arm_named(ctx: Context, hook: Callable[[str], None]) -> None:
-    ctx.root.step_hook = hook
-    if hasattr(ctx.storage, "step_hook"):  # an object store's commit steps
-        ctx.storage.step_hook = hook
+    ctx.root.faults.hook = hook
+    if isinstance(ctx.storage, ObjectStorage):  # an object store's commit steps
+        ctx.storage.faults.hook = hook
 
 
 def run_crash(sc: Scenario, *, how: str, k: int, kind: str, world: str = "local") -> Outcome:

@@ -122,7 +122,7 @@ def h_compaction_killed_mid_swap(seed: int) -> History:
         if step == "renamed-deleted":
             raise NamedCrash(step)
 
-    root.step_hook = die
+    root.faults.hook = die
     with contextlib.suppress(NamedCrash):
         maintenance.maintain(root, now=T0 + 1000, force=True)
     return History("compaction-killed-mid-swap", st.kill(), acked)
@@ -144,7 +144,7 @@ def h_publish_killed(seed: int) -> History:
         if step == "flushed":
             raise NamedCrash(step)
 
-    root.step_hook = die
+    root.faults.hook = die
     files = _stage(root, "q", 0, 0, {("t", 0): [b"unpublished-%d" % i for i in range(5 + seed % 7)]})
     with contextlib.suppress(NamedCrash):
         root.publish("q", 0, files)

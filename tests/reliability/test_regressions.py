@@ -114,7 +114,7 @@ def test_reader_sees_an_interrupted_swap_as_recovery_will_complete_it() -> None:
         if step == "renamed-deleted":
             raise Stop
 
-    lg.step_hook = hook
+    lg.faults.hook = hook
     with contextlib.suppress(Stop):
         lg.replace_segments([new], [old])
     names = st.listdir("t-0")
@@ -171,7 +171,7 @@ def test_append_to_a_partition_without_high_watermark_is_invisible_until_acknowl
             f"{partition_dir('t', p)}/{name}", records.encode([b"x%d" % p], timestamp=T0).tobytes()
         )
         files.append(pub.StagedFile("t", p, name))
-    root.step_hook = die
+    root.faults.hook = die
     with contextlib.suppress(KeyboardInterrupt):
         root.publish("q", 0, files)
     assert read_storage(st, ["t"]) == {("t", 0): [], ("t", 1): []}  # nothing visible mid-publish
@@ -196,7 +196,7 @@ def test_reader_honours_the_log_start_checkpoint_written_before_retention_rename
         if step == "log-start-checkpointed":
             raise KeyboardInterrupt
 
-    lg.step_hook = die
+    lg.faults.hook = die
     with contextlib.suppress(KeyboardInterrupt):
         retention.retain(lg, now=T0)
     reader = Root(st, read_only=True)

@@ -144,4 +144,4 @@ def crash_at(lg: Log, step: str, occurrence: int = 1) -> None:
             if seen[0] == occurrence:
                 raise Crash(step)
 
-    lg.step_hook = hook
+    lg.faults.hook = hook

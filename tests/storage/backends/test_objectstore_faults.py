@@ -167,7 +167,7 @@ def test_server_restarted_in_the_middle_of_a_publish(s3_backend: Backend, step: 
             restarts.append(_restart_later(s3_backend, 1.5))
 
     assert isinstance(root.storage, ObjectStorage)
-    root.storage.step_hook = hook
+    root.storage.faults.hook = hook
     staged = _stage(root, "sink", 0, {0: batch("s0", 3), 1: batch("s1", 2)})
     out = root.publish("sink", 0, staged)
     restarts[0].join()
@@ -196,7 +196,7 @@ def test_server_restarted_in_the_middle_of_a_compaction(s3_backend: Backend) -> 
             restarts.append(_restart_later(s3_backend, 1.5))
 
     assert isinstance(root.storage, ObjectStorage)
-    root.storage.step_hook = hook
+    root.storage.faults.hook = hook
     now = int(time.time() * 1000) + 10**9
     report = maintain(root, now=now, force=True)
     restarts[0].join()
@@ -263,7 +263,7 @@ def test_writer_killed_at_each_step_of_a_commit(
             raise Crash(name)
 
     assert isinstance(root.storage, ObjectStorage)
-    root.storage.step_hook = hook
+    root.storage.faults.hook = hook
     with pytest.raises(Crash):
         root.publish("q", 7, staged)
     # the process is gone: a new one opens the root (knowing nothing of it)

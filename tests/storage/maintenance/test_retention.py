@@ -148,7 +148,7 @@ def test_c26_retention_racing_with_a_compaction_swap(tmp_path: Path) -> None:
         if name == "all-swap" and not results:  # retention runs while the swap is half done
             results.append(retain(lg, now=T0 + 10 * HOUR))
 
-    lg.step_hook = hook
+    lg.faults.hook = hook
     res = cleaner().clean(lg, now=T0)
     assert results and results[0].deleted_base_offsets == [0, 10, 20]
     assert len(renames) == len(set(renames))  # no file renamed (deleted) twice

@@ -243,7 +243,7 @@ def test_replace_segments_swaps_and_defers_deletion(tmp_path) -> None:  # type: 
         lg.append(values(3, 3 * i, size=30), key=[b"k"] * 3, timestamp=i)
     old = lg.segments[:3]
     steps: list[str] = []
-    lg.step_hook = steps.append
+    lg.faults.hook = steps.append
     # a "cleaned" replacement holding only the first batch of each old segment
     new = LogSegment(lg.storage, lg.directory, old[0].base_offset, lg.config, suffix=".cleaned")
     for seg in old:

@@ -134,7 +134,7 @@ def test_an_interrupted_link_runs_again(tmp_path: Path) -> None:
         if step == "link-renamed-index":
             raise KeyboardInterrupt  # the process stops here
 
-    lg.step_hook = stop
+    lg.faults.hook = stop
     with pytest.raises(KeyboardInterrupt):
         root.publish("q1", 0, [staged], copy_below=1)
     root.close()
