@@ -1,13 +1,14 @@
 """Scale benchmark: opening a root of many partitions, or a partition of many segments.
 
-    python bench/scale.py [--quick]
+    python bench/scale.py [--quick] [--repeat N]
 
 For roots of 10 / 1,000 / 5,000 partitions (one topic) and for one partition of 10 / 1,000 /
 10,000 segments, built beforehand and closed cleanly: the time to open the root and append one
-record to one partition (the writer's first append), then to read that whole partition, and the
-file descriptors the process holds (``/proc/self/fd``) after each step and at most while
-building.  Runs under ``ulimit -n 1024`` (``resource.setrlimit`` in this process); the append
-handles kept open are bounded by ``pylog.storage.backends.local.MAX_OPEN_APPEND_FILES``.
+record to one partition (the writer's first append; the median of ``--repeat`` opens, each
+after a clean close, default 5), then to read that whole partition, and the file descriptors
+the process holds (``/proc/self/fd``) after each step and at most while building.  Runs under
+``ulimit -n 1024`` (``resource.setrlimit`` in this process); the append handles kept open are
+bounded by ``pylog.storage.backends.local.MAX_OPEN_APPEND_FILES``.
 Prints a table, then as its last line a JSON object with every figure and the ratios
 largest / smallest case of the open + append times.  ``--quick``: 10 / 200 / 1,000 partitions
 and 10 / 100 / 1,000 segments.
@@ -20,6 +21,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import tempfile
 import time
 from typing import Any
@@ -56,29 +58,42 @@ def build_segments(path: str, n: int) -> int:
     return peak
 
 
-def measure(path: str, partition: int) -> dict[str, Any]:
+def measure(path: str, partition: int, *, read: bool = True) -> dict[str, Any]:
     base = open_fds()
     t0 = time.perf_counter()
     root = pylog.open(path)
     root.append("t", [b"new"], partition=partition)
     t1 = time.perf_counter()
     fds_append = open_fds() - base
-    table = root.read_table("t", partitions=[partition])
+    rows, fds_read = 0, fds_append
+    if read:
+        rows = root.read_table("t", partitions=[partition]).num_rows
+        fds_read = open_fds() - base
     t2 = time.perf_counter()
-    fds_read = open_fds() - base
     root.close()
     return {
         "open_append_s": t1 - t0,
         "read_s": t2 - t1,
-        "rows": table.num_rows,
+        "rows": rows,
         "fds_after_append": fds_append,
         "fds_after_read": fds_read,
     }
 
 
+def measure_repeated(path: str, partition: int, repeat: int) -> dict[str, Any]:
+    """``repeat`` opens + appends (each after a clean close), the last one followed by the read:
+    the median open + append time, and the last run's read and descriptors."""
+    runs = [measure(path, partition, read=False) for _ in range(repeat - 1)]
+    last = measure(path, partition)
+    runs.append(last)
+    times = [r["open_append_s"] for r in runs]
+    return {**last, "open_append_s": statistics.median(times), "open_append_runs_s": times}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="smaller cases (about 30 s)")
+    ap.add_argument("--repeat", type=int, default=5, help="opens + appends per case (the median is shown)")
     args = ap.parse_args()
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(NOFILE, hard), hard))
@@ -109,7 +124,7 @@ def main() -> None:
             path = tempfile.mkdtemp(prefix="pylog-scale-")
             try:
                 peak = build(path, n)
-                r = measure(path, n - 1 if kind == "partitions" else 0)
+                r = measure_repeated(path, n - 1 if kind == "partitions" else 0, max(1, args.repeat))
             finally:
                 shutil.rmtree(path, ignore_errors=True)
             r["build_peak_fds"] = peak

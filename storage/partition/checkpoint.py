@@ -60,6 +60,8 @@ def _int(text: str) -> int | None:
     Digit strings too long for any range here become a value outside int64 (Python refuses to
     convert very long digit strings).
     """
+    if len(text) < 19 and text.isascii() and text.isdigit():
+        return int(text)  # the usual case
     if not _INT_RE.fullmatch(text):
         return None
     digits = text.lstrip("+-").lstrip("0")
@@ -103,6 +105,10 @@ def format_offsets(entries: Mapping[tuple[str, int], int]) -> bytes:
 def parse_offsets(data: bytes, *, path: str | None = None) -> dict[tuple[str, int], int]:
     """Parse checkpoint bytes; ``path`` only names the file in errors."""
 
+    fast = _parse_canonical(data)
+    if fast is not None:
+        return fast
+
     def fail(message: str, line: int) -> CorruptCheckpointError:
         if path is None:  # CorruptCheckpointError shows the line only after a path
             message = f"line {line}: {message}"
@@ -138,9 +144,12 @@ def parse_offsets(data: bytes, *, path: str | None = None) -> dict[tuple[str, in
 
     result: Offsets = {}
     first_seen: dict[tuple[str, int], int] = {}
+    valid_topics: set[str] = set()  # (a root of thousands of partitions has few topics)
     for number, line in enumerate(lines[2:], start=3):
-        stripped = line.strip(_JAVA_WS)
-        fields = _WS_RE.split(stripped) if stripped else []
+        fields = line.split(" ")  # what this module writes; anything else takes the slow path
+        if len(fields) != 3 or not all(fields) or not line.isprintable():
+            stripped = line.strip(_JAVA_WS)
+            fields = _WS_RE.split(stripped) if stripped else []
         if len(fields) != 3:
             raise fail(
                 f"malformed entry {_show(line)}: expected 3 fields '<topic> <partition> <offset>', "
@@ -148,10 +157,12 @@ def parse_offsets(data: bytes, *, path: str | None = None) -> dict[tuple[str, in
                 number,
             )
         topic, partition_text, offset_text = fields
-        try:
-            validate_topic_name(topic)
-        except ConfigError as e:
-            raise fail(f"malformed entry: {e}", number) from e
+        if topic not in valid_topics:
+            try:
+                validate_topic_name(topic)
+            except ConfigError as e:
+                raise fail(f"malformed entry: {e}", number) from e
+            valid_topics.add(topic)
         partition = _int(partition_text)
         if partition is None:
             raise fail(f"malformed entry: partition {_show(partition_text)} is not an integer", number)
@@ -177,6 +188,32 @@ def parse_offsets(data: bytes, *, path: str | None = None) -> dict[tuple[str, in
     return result
 
 
+_CANONICAL = re.compile(r"0\n([0-9]{1,9})\n((?:[A-Za-z0-9._-]{1,249} [0-9]{1,9} -?[0-9]{1,18}\n)*)")
+_CANONICAL_ENTRY = re.compile(r"([A-Za-z0-9._-]+) ([0-9]+) (-?[0-9]+)\n")
+
+
+def _parse_canonical(data: bytes) -> Offsets | None:
+    """The entries of a checkpoint in the form :func:`format_offsets` writes (numbers in range,
+    one space between the fields), matched by a regular expression: no Python step per line
+    but the conversion.  None for anything else (and for any error), which the line-by-line
+    parser then reads or rejects naming the line."""
+    try:
+        text = bytes(data).decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    m = _CANONICAL.fullmatch(text)
+    if m is None:
+        return None
+    rows = _CANONICAL_ENTRY.findall(m.group(2))
+    try:
+        for topic in {t for t, _, _ in rows}:
+            validate_topic_name(topic)
+    except ConfigError:
+        return None
+    result = {(t, int(p)): int(o) for t, p, o in rows}
+    return result if len(result) == len(rows) == int(m.group(1)) else None
+
+
 def write_offsets(storage: Storage, path: str, entries: Mapping[tuple[str, int], int]) -> None:
     """Durably replace the checkpoint at ``path`` (root-relative) with ``entries``."""
     storage.write_atomic(path, format_offsets(entries))
@@ -193,4 +230,17 @@ def read_offsets(storage: Storage, path: str) -> dict[tuple[str, int], int]:
         raise StorageError(
             f"{storage.describe()}/{path}: cannot read the checkpoint: {e.strerror or e} (errno {e.errno})"
         ) from e
-    return parse_offsets(data, path=path)
+    key = (storage.describe(), path)
+    hit = _parsed.get(key)
+    if hit is not None and hit[0] == data:  # read again unchanged (a root opened, then writing)
+        return dict(hit[1])
+    parsed = parse_offsets(data, path=path)
+    _parsed[key] = (bytes(data), parsed)
+    while len(_parsed) > _PARSED_KEPT:
+        del _parsed[next(iter(_parsed))]
+    return dict(parsed)
+
+
+_PARSED_KEPT = 16
+_parsed: dict[tuple[str, str], tuple[bytes, Offsets]] = {}
+"""The last checkpoints parsed, by (storage, path), with their bytes."""

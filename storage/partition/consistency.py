@@ -213,7 +213,9 @@ class ConsistentReads:
         """Raise :class:`DamagedLogError` when batches read from ``seg`` contradict the segments'
         names (a renamed, copied or overlapping segment, see :mod:`layout`): never fewer rows.
         A read-only log first lists its directory again: True when it changed (read again)."""
-        j = next((i for i, s in enumerate(self.segments) if s is seg), None)
+        j: int | None = int(np.searchsorted(self._bases, seg.base_offset, side="right")) - 1
+        if j is None or not 0 <= j < len(self.segments) or self.segments[j] is not seg:
+            j = next((i for i, s in enumerate(self.segments) if s is seg), None)  # (duplicate bases)
         if j is None or seg.suffix == DELETED:
             # (a retired file of a read-only log may be a newer version covering more offsets
             # than the next one, see _retired: overlapping there is expected)

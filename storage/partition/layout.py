@@ -112,6 +112,13 @@ def misnamed_segments(storage: Storage, directory: str) -> list[str]:
     return problems
 
 
+def misnamed_problems(segments: Iterable[LogSegment]) -> list[str]:
+    """The ones of ``segments`` whose first batch starts below their base offset (see
+    :func:`misnamed_problem`)."""
+    found = (misnamed_problem(s.storage, s.base_offset, s.log_path, s.size) for s in segments)
+    return [p for p in found if p is not None]
+
+
 def overlap_problem(a: LogSegment, b: LogSegment) -> str | None:
     """Why segment ``a`` overlaps the next one, ``b`` (None: it does not)."""
     end = a.read_next_offset()

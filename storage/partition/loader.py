@@ -4,10 +4,16 @@
    base offset belong to an interrupted replacement and are removed with every ``*.cleaned``;
    the remaining swaps are completed (the segments they replace are removed, the suffix is
    dropped).
-2. Index files without a ``.log`` are removed; every segment's indexes are sanity-checked
-   (whole entries, ascending, offsets within the segment, positions within its ``.log``, the
-   last offset-index entry pointing at a batch; see :mod:`index`), and a segment whose offset
-   or time index is missing or fails has its indexes rebuilt.
+2. Index files without a ``.log`` are removed.  The active segment's indexes are
+   sanity-checked (whole entries, ascending, offsets within the segment, positions within its
+   ``.log``, the last offset-index entry pointing at a batch; see :mod:`index`), and rebuilt
+   when missing or failing.  A sealed segment's are checked the same way when its indexes are
+   first used (a read inside it, a timestamp lookup, its end), not at the load, as Kafka's lazy
+   indexes: opening a log reads no file of a sealed segment, and makes no segment object but
+   the ones it uses (:mod:`segments`; the directory is listed once).  A damaged or missing one
+   is then rebuilt from the ``.log``, whose bytes are kept.  (On an object store, whose files
+   change only through commits, missing indexes are rebuilt at the load and the others are
+   checked as they are loaded.)
 3. After an unclean shutdown every segment from the one holding the recovery point on is
    recovered: CRCs and offsets checked batch by batch, indexes rebuilt, the log truncated at
    the first invalid byte, and every later segment deleted (before the truncation, so that an
@@ -30,19 +36,22 @@ its checks.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import logging
 import re
+from collections.abc import MutableSequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pylog.storage.backends.fs import Storage, join
 from pylog.storage.config import LogConfig
 from pylog.storage.errors import StorageError, os_error_fix, os_error_reason
-from pylog.storage.partition import segment_checks
+from pylog.storage.partition import layout, segment_checks
 from pylog.storage.partition.listing import reader_segments
 from pylog.storage.partition.log import Log, now_ms
 from pylog.storage.partition.segment import LogSegment
+from pylog.storage.partition.segments import SegmentList, as_list
 
 log = logging.getLogger("pylog.storage")
 
@@ -85,6 +94,9 @@ class Recovery:
 class LoadResult:
     log: Log
     recovery: Recovery
+    checked_from: int = 0
+    """Index of the first segment whose files the load read (recovered, or the active one's
+    checked); the ones before it are checked when first used."""
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -110,13 +122,21 @@ def load_log(
     had_clean_shutdown: bool = False,
     read_only: bool = False,
     high_watermark: int | None = None,
+    refuse_misnamed: bool = False,
 ) -> LoadResult:
     """Load (a writer: and recover) the log in ``directory``; see the module docstring.
 
     Raises :class:`StorageError` naming the file for an I/O error."""
     try:
         result = _load_log(
-            storage, directory, config, recovery_point, log_start_offset, had_clean_shutdown, read_only
+            storage,
+            directory,
+            config,
+            recovery_point,
+            log_start_offset,
+            had_clean_shutdown,
+            read_only,
+            refuse_misnamed,
         )
         lg = result.log
         lg.high_watermark = high_watermark
@@ -148,55 +168,64 @@ def _load_log(
     log_start_offset: int,
     had_clean_shutdown: bool,
     read_only: bool,
+    refuse_misnamed: bool,
 ) -> LoadResult:
     rec = Recovery(directory)
-    if not read_only:
+    checked_from = 0
+    segments: MutableSequence[LogSegment]
+    if read_only:  # a reader beside a live writer: see listing (and Log's "reading beside a writer")
+        segments = reader_segments(storage, directory, config)
+    else:
         if not storage.isdir(directory):
             storage.makedirs(directory)
             parent = directory.rstrip("/").rpartition("/")[0]
             storage.fsync_dir(parent)  # the new directory's name is durable (test_power_loss.py)
-        _remove_temp_files_and_complete_swaps(storage, directory, config, rec)
-    names = [] if read_only else storage.listdir(directory)  # (a reader lists in reader_segments)
-    logs = sorted({p[0] for n in names if (p := _parse(n)) and p[1] == "log" and not p[2]})
-    if not read_only:
-        for n in names:
-            p = _parse(n)
-            if p and not p[2] and p[1] in ("index", "timeindex", "txnindex") and p[0] not in logs:
-                storage.delete(join(directory, n))
-                rec.removed_files.append(n)
-    nexts = [*logs[1:], None][: len(logs)]
-    segments = [
-        LogSegment(storage, directory, b, config, next_base_offset=n)
-        for b, n in zip(logs, nexts, strict=True)
-        if not read_only
-    ]
-    if read_only:  # a reader beside a live writer: see listing (and Log's "reading beside a writer")
-        segments = reader_segments(storage, directory, config)
-    else:
+        names = _remove_temp_files_and_complete_swaps(storage, directory, config, rec)
+        # (one pass of a regular expression over the names, not a Python step per file)
+        text = "\n".join(names)
+        logs = set(_FINAL_LOG.findall(text))
+        for n in _orphan_indexes(text, logs):
+            storage.delete(join(directory, n))
+            rec.removed_files.append(n)
+        bases = sorted(map(int, logs))
         # after an unclean shutdown, the segment holding the recovery point and all later ones
-        # are recovered (their indexes rebuilt); the others' indexes are checked
-        bases = [s.base_offset for s in segments]
-        first = len(segments)
-        if not had_clean_shutdown and segments:
-            first = max((i for i, b in enumerate(bases) if b <= recovery_point), default=0)
-        for seg in segments[:first]:
-            if not storage.external_changes and seg is not segments[-1]:
-                # an object store's files change only through its commits, which wrote these
-                # indexes whole: only missing ones are rebuilt here, and each index is checked
-                # when it is first loaded (a damaged one is then ignored and the segment
-                # scanned), so opening a log costs no index read per sealed segment.  Kafka's
-                # loader likewise skips the offset and time index sanity checks of segments
-                # below the recovery point (lazy indexes).
+        # are recovered (their indexes rebuilt); the active one's indexes are checked
+        first = len(bases)
+        if not had_clean_shutdown and bases:
+            first = max(0, bisect.bisect_right(bases, recovery_point) - 1)
+        lazy_below = bases[min(first, len(bases) - 1)] if bases and storage.external_changes else -1
+
+        def make(base: int, next_base: int | None) -> LogSegment:
+            seg = LogSegment(storage, directory, base, config, next_base_offset=next_base)
+            if base < lazy_below:
+                # a sealed segment's indexes are checked (and rebuilt when missing or damaged)
+                # when first used, not at the load: opening a log reads no file of a sealed
+                # segment, as Kafka's loader skips the index sanity checks of segments below the
+                # recovery point (lazy indexes)
+                seg.first_use_check = functools.partial(_check_on_first_use, seg)
+            return seg
+
+        segments = SegmentList(bases, make)
+        checked_from = max(0, min(first, len(segments) - 1))
+        if refuse_misnamed:
+            # before recovery could take a misnamed segment for invalid bytes: the segments it
+            # reads, and the one before them (whose end their base offset must be)
+            problems = layout.misnamed_problems(segments[max(0, checked_from - 1) :])
+            if problems:
+                raise layout.damaged_log_error(directory, problems, writer=True)
+        if lazy_below < 0:
+            # an object store's files change only through its commits, which wrote these
+            # indexes whole: only missing ones are rebuilt here, and each index is checked
+            # when it is first loaded (a damaged one is then ignored and the segment scanned)
+            for seg in segments[: min(first, len(segments) - 1)]:
                 if segment_checks.missing_indexes(seg):
                     _sanity_check_or_rebuild(seg, rec, read_log=False)
-                continue
-            # each last offset-index entry is checked against the .log where files can be changed
-            # from outside; on an object store (a read per segment: a request) only the active one's
-            read_log = storage.external_changes or seg is segments[-1]
-            _sanity_check_or_rebuild(seg, rec, read_log=read_log)
+        if first >= len(segments) and segments:
+            # (with its last offset-index entry checked against the .log)
+            _sanity_check_or_rebuild(segments[-1], rec, read_log=True)
         if first < len(segments):
             _recover_from(segments, first, storage, directory, rec)
-        elif segments and segments[-1].log_path not in rec.rebuilt_indexes:
+        elif len(segments) and segments[-1].log_path not in rec.rebuilt_indexes:
             problem = segment_checks.tail_problem(segments[-1])
             if problem is not None:  # damage after a clean shutdown: recover the active segment
                 rec.problems.append(problem)
@@ -218,19 +247,30 @@ def _load_log(
     if rec.lost_bytes:
         log.warning(rec.summary())
     result = Log(
-        storage, directory, config, segments, log_start_offset=start, recovery_point=rp, read_only=read_only
+        storage,
+        directory,
+        config,
+        as_list(segments),
+        log_start_offset=start,
+        recovery_point=rp,
+        read_only=read_only,
     )
-    return LoadResult(result, rec)
+    return LoadResult(result, rec, checked_from)
 
 
 def _remove_temp_files_and_complete_swaps(
     storage: Storage, directory: str, config: LogConfig, rec: Recovery
-) -> None:
+) -> list[str]:
+    """Step 1 of the module docstring; returns the names in ``directory`` afterwards (listed
+    once, and again only when something was changed)."""
     names = storage.listdir(directory)
-    cleaned_bases = [p[0] for n in names if (p := _parse(n)) and p[2] == ".cleaned"]
+    if not _TEMP_NAME.search("\n".join(names)):
+        return names
+    temp = [n for n in names if n.endswith((".deleted", ".cleaned", ".swap"))]
+    cleaned_bases = [p[0] for n in temp if (p := _parse(n)) and p[2] == ".cleaned"]
     min_cleaned = min(cleaned_bases) if cleaned_bases else None
     swaps: list[int] = []
-    for n in names:
+    for n in temp:
         p = _parse(n)
         if not p:
             if n.endswith((".deleted", ".cleaned")):
@@ -261,9 +301,45 @@ def _remove_temp_files_and_complete_swaps(
     for n in stray:  # an index still .swap whose .log was already final (Kafka's last pass)
         storage.rename(join(directory, n), join(directory, n[: -len(".swap")]))
         rec.completed_swaps.append(join(directory, n))
-    if not swaps and not stray:
+    if swaps or stray:
+        storage.fsync_dir(directory)
+    return storage.listdir(directory)
+
+
+_FINAL_LOG = re.compile(r"^(\d{20})\.log$", re.MULTILINE)
+_FINAL_INDEX = re.compile(r"^(\d{20})\.(?:index|timeindex|txnindex)$", re.MULTILINE)
+_TEMP_NAME = re.compile(r"\.(?:deleted|cleaned|swap)$", re.MULTILINE)
+
+
+def _orphan_indexes(text: str, logs: set[str]) -> list[str]:
+    """The index files among the names in ``text`` (one a line) whose segment has no ``.log``
+    (the base offsets of those that have one: ``logs``, as in the names)."""
+    orphans = set(_FINAL_INDEX.findall(text)) - logs
+    if not orphans:
+        return []
+    return [m.group(0) for m in _FINAL_INDEX.finditer(text) if m.group(1) in orphans]
+
+
+def _check_on_first_use(seg: LogSegment) -> None:
+    """A writer's check of a sealed segment, deferred from the load to the first use of its
+    indexes: missing or damaged ones (their last offset-index entry checked against the
+    ``.log``) are rebuilt from the ``.log``, whose bytes are kept (a read that reaches invalid
+    ones raises, naming the file and byte).  Counted in :data:`DEFERRED_CHECKS`."""
+    DEFERRED_CHECKS[0] += 1
+    missing = segment_checks.missing_indexes(seg)
+    damaged = segment_checks.index_problems(seg, read_log=True)
+    if not missing and not damaged:
         return
-    storage.fsync_dir(directory)
+    if damaged:
+        log.warning("rebuilding the indexes of %s: %s", seg.log_path, "; ".join(damaged))
+    else:
+        log.info("rebuilding the indexes of %s: missing %s", seg.log_path, ", ".join(missing))
+    seg.recover(truncate=False)
+    seg.rebuilt_indexes = damaged or missing
+
+
+DEFERRED_CHECKS = [0]
+"""How many sealed segments' deferred checks ran in this process (tests count them)."""
 
 
 def _sanity_check_or_rebuild(seg: LogSegment, rec: Recovery, *, read_log: bool) -> None:
@@ -286,7 +362,7 @@ def _sanity_check_or_rebuild(seg: LogSegment, rec: Recovery, *, read_log: bool) 
 
 
 def _recover_from(
-    segments: list[LogSegment], first: int, storage: Storage, directory: str, rec: Recovery
+    segments: MutableSequence[LogSegment], first: int, storage: Storage, directory: str, rec: Recovery
 ) -> None:
     """Recover ``segments[first:]``; at the first invalid byte, delete the later segments and
     truncate (deletions first: a load interrupted between them finds the same damage again)."""

@@ -35,6 +35,7 @@ from pylog.storage.partition import layout, producer_state
 from pylog.storage.partition.consistency import RELISTS as _RELISTS
 from pylog.storage.partition.consistency import ConsistentReads, now_ms
 from pylog.storage.partition.segment import LogSegment, fitting_batches
+from pylog.storage.partition.segments import base_offsets, made_segments
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -102,7 +103,9 @@ class Log(ConsistentReads):
         self.directory = directory
         self.config = config
         self.segments = segments
-        self._bases = np.array([s.base_offset for s in segments], dtype=np.int64)
+        """By base offset, the last one active; as loaded by a writer, a :class:`SegmentList`
+        (which makes each segment when first used; see :mod:`segments`)."""
+        self._bases = base_offsets(segments)
         self.log_start_offset = log_start_offset
         self.recovery_point = recovery_point
         self.read_only = read_only
@@ -323,7 +326,7 @@ class Log(ConsistentReads):
         seg.open_for_append()
         self.faults.step("roll-new-created")
         self.segments.append(seg)
-        self._bases = np.array([s.base_offset for s in self.segments], dtype=np.int64)
+        self._bases = base_offsets(self.segments)
         self.recovery_point = max(self.recovery_point, old.read_next_offset() if old.size else 0)
         self.storage.fsync_dir(self.directory)
         self.faults.step("rolled")
@@ -503,7 +506,7 @@ class Log(ConsistentReads):
             # make the deletions durable: a segment file that comes back after a power loss
             # would shadow the offsets appended after the truncation (test_power_loss.py)
             self.storage.fsync_dir(self.directory)
-        self._bases = np.array([s.base_offset for s in self.segments], dtype=np.int64)
+        self._bases = base_offsets(self.segments)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
         self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
         return removed
@@ -547,7 +550,7 @@ class Log(ConsistentReads):
         self.storage.fsync_dir(self.directory)
         kept = [s for s in self.segments if id(s) not in old_ids]
         self.segments = sorted(kept + list(new), key=lambda s: s.base_offset)
-        self._bases = np.array([s.base_offset for s in self.segments], dtype=np.int64)
+        self._bases = base_offsets(self.segments)
         self.faults.step("done")
         self.delete_pending(now)
 
@@ -576,7 +579,7 @@ class Log(ConsistentReads):
             self._pending_deletes.append((now + self.config.file_delete_delay_ms, seg))
             self.faults.step("renamed-deleted")
         self.segments = self.segments[n:]
-        self._bases = np.array([s.base_offset for s in self.segments], dtype=np.int64)
+        self._bases = base_offsets(self.segments)
         self.storage.fsync_dir(self.directory)
         self.delete_pending(now)
         return removed
@@ -604,7 +607,7 @@ class Log(ConsistentReads):
             self.active.time_index.maybe_append(
                 self.active.max_timestamp_so_far, self.active.offset_of_max_timestamp, skip_full_check=True
             )
-        for seg in self.segments:
+        for seg in made_segments(self.segments):  # (a segment never made has no file open)
             seg.close_files()
         self.delete_pending(force=True)
 

@@ -16,7 +16,9 @@ when it is loaded (see :mod:`index`), and each index-guided scan checks that the
 starts from points at a batch starting at or below the entry's offset.  An index failing
 either is ignored: the segment is scanned from its start.  A writer's loader also checks that
 the last offset-index entry points at a batch (:mod:`segment_checks`) and rebuilds
-an index failing any check.
+an index failing any check: the active segment's at the load, a sealed one's when its indexes
+are first used (``first_use_check``).  The size of the ``.log`` and the index objects are made
+when first needed, so a segment nobody uses costs no I/O.
 
 I/O errors raise ``OSError`` naming the file (see :func:`index.naming_os_errors`), and a
 write that stores fewer bytes than asked is one (``ENOSPC``).
@@ -27,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,27 +88,80 @@ class LogSegment:
         self.suffix = suffix
         self.created_ms = created_ms
         # ``stem``: a file name other than the base offset's (a staged segment, see :mod:`staging`)
-        stem = join(directory, stem or segment_name(base_offset))
-        self.log_path = f"{stem}.log{suffix}"
-        self.offset_index = OffsetIndex(
-            storage, f"{stem}.index{suffix}", base_offset, max_index_bytes=config.segment_index_bytes
-        )
-        self.time_index = TimeIndex(
-            storage, f"{stem}.timeindex{suffix}", base_offset, max_index_bytes=config.segment_index_bytes
-        )
-        self.txn_index = TxnIndex(storage, f"{stem}.txnindex{suffix}", base_offset)
+        self._stem = join(directory, stem or segment_name(base_offset))
+        self.log_path = f"{self._stem}.log{suffix}"
         self.next_base_offset = next_base_offset
         """Base offset of the next segment, when known: the indexes hold no offset at or above it."""
-        with naming_os_errors(self.log_path):
-            self._size = storage.size(self.log_path) if storage.exists(self.log_path) else 0
+        # the size and the index objects are made when first needed: a log of many segments
+        # costs nothing per segment it does not use (Kafka's lazy indexes)
+        self._size_now: int | None = None
+        self._indexes: tuple[OffsetIndex, TimeIndex, TxnIndex] | None = None
+        self.first_use_check: Callable[[], None] | None = None
+        """Run once, before the indexes are first used (set by a writer's loader on sealed
+        segments: their sanity checks, deferred from the load to the first use)."""
+        self.rebuilt_indexes: list[str] = []
+        """What that check found wrong with the indexes it then rebuilt (empty: nothing)."""
         self._index_trusted = True  # False once an index-guided scan found a wrong entry
-        self.offset_index.validator = self._validate_offset_index
-        self.time_index.validator = self._validate_time_index
         self._file: AppendFile | None = None
         self.bytes_since_last_index_entry = 0
         self._max_ts: list[int] | None = None  # [timestamp, offset]; from the time index when asked
         self.rolling_based_timestamp: int | None = None
         self._next_offset: int | None = None
+
+    @property
+    def _size(self) -> int:
+        """The ``.log``'s size: read from the file when first asked, then kept up to date."""
+        if self._size_now is None:
+            self._size_now = self.read_size()
+        return self._size_now
+
+    @_size.setter
+    def _size(self, value: int) -> None:
+        self._size_now = value
+
+    def _index_files(self) -> tuple[OffsetIndex, TimeIndex, TxnIndex]:
+        """The index objects (made on the first call; no file is read until an entry is)."""
+        if self._indexes is None:
+            stem, suffix, cfg = self._stem, self.suffix, self.config
+            oi = OffsetIndex(
+                self.storage,
+                f"{stem}.index{suffix}",
+                self.base_offset,
+                max_index_bytes=cfg.segment_index_bytes,
+            )
+            ti = TimeIndex(
+                self.storage,
+                f"{stem}.timeindex{suffix}",
+                self.base_offset,
+                max_index_bytes=cfg.segment_index_bytes,
+            )
+            oi.validator = self._validate_offset_index
+            ti.validator = self._validate_time_index
+            self._indexes = (oi, ti, TxnIndex(self.storage, f"{stem}.txnindex{suffix}", self.base_offset))
+        return self._indexes
+
+    def _used_index_files(self) -> tuple[OffsetIndex, TimeIndex, TxnIndex]:
+        check = self.first_use_check
+        if check is not None:
+            self.first_use_check = None
+            try:
+                check()
+            except BaseException:
+                self.first_use_check = check  # (an I/O error: checked again at the next use)
+                raise
+        return self._index_files()
+
+    @property
+    def offset_index(self) -> OffsetIndex:
+        return self._used_index_files()[0]
+
+    @property
+    def time_index(self) -> TimeIndex:
+        return self._used_index_files()[1]
+
+    @property
+    def txn_index(self) -> TxnIndex:
+        return self._used_index_files()[2]
 
     # ------------------------------------------------------------------ basics
 
@@ -256,8 +311,8 @@ class LogSegment:
         """(offset, position) of the offset-index entry to scan from for ``offset``: the last
         one at or below it whose position is below ``end_position`` (default: the segment's
         size); ``(base_offset, 0)`` when the index is not trusted."""
-        if not self._index_trusted:
-            return self.base_offset, 0
+        if not self._index_trusted or offset <= self.base_offset:
+            return self.base_offset, 0  # (from the start: no index needed)
         limit = self._size if end_position is None else min(end_position, self._size)
         return self.offset_index.lookup(offset, max_position=limit)
 
@@ -297,7 +352,10 @@ class LogSegment:
             self._index_trusted = False
 
     def upper_position(self, end: int) -> int | None:
-        """:meth:`OffsetIndex.upper_position`, or None (the end) when the index is not trusted."""
+        """:meth:`OffsetIndex.upper_position`, or None (the end) when the index is not trusted
+        or the whole segment lies below ``end``."""
+        if self.next_base_offset is not None and end >= self.next_base_offset:
+            return None
         return self.offset_index.upper_position(end) if self._index_trusted else None
 
     def _validate_offset_index(self) -> None:
@@ -514,17 +572,15 @@ class LogSegment:
         if self._file is not None:
             with naming_os_errors(self.log_path):
                 self._file.fsync()
-        self.offset_index.flush()
-        self.time_index.flush()
-        self.txn_index.flush()
+        for idx in self._indexes or ():
+            idx.flush()
 
     def close_files(self) -> None:
         if self._file is not None:
             self._file.close()
             self._file = None
-        self.offset_index.close()
-        self.time_index.close()
-        self.txn_index.close()
+        for idx in self._indexes or ():
+            idx.close()
 
     def close(self) -> None:
         self.flush()
@@ -545,21 +601,17 @@ class LogSegment:
                     f"rename it to {segment_name(self.base_offset)}.log{new_suffix}",
                 )
         self.log_path = f"{stem}.log{new_suffix}"
-        for idx, ext in (
-            (self.offset_index, "index"),
-            (self.time_index, "timeindex"),
-            (self.txn_index, "txnindex"),
-        ):
+        for idx, ext in zip(self._index_files(), ("index", "timeindex", "txnindex"), strict=True):
             idx.rename(f"{stem}.{ext}{new_suffix}")
+        self._stem = stem
         self.suffix = new_suffix
 
     def delete(self) -> None:
         self.close_files()
         with naming_os_errors(self.log_path):
             self.storage.delete(self.log_path)
-        self.offset_index.delete()
-        self.time_index.delete()
-        self.txn_index.delete()
+        for idx in self._index_files():
+            idx.delete()
 
 
 def fitting_batches(seg: LogSegment, h: B.BatchHeaders, i: int, segment_bytes: int) -> int:

@@ -136,7 +136,7 @@ class PublishState:
                 "queries": queries,
                 "sinks": dict(sorted(self.sinks.items())),
             },
-            indent=1,
+            separators=(",", ":"),  # (no indent: the C encoder, a root of thousands of partitions)
         ).encode()
 
     @staticmethod
@@ -166,7 +166,20 @@ def read_state(storage: Storage) -> PublishState:
         if not storage.exists(STATE_FILE):
             return PublishState()
         data = storage.read(STATE_FILE)
-    return PublishState.from_json(data, f"{storage.describe()}/{STATE_FILE}")
+    key = storage.describe()
+    hit = _parsed_states.get(key)
+    if hit is None or hit[0] != data:  # (read again unchanged: a root opened, then writing)
+        hit = (bytes(data), PublishState.from_json(data, f"{key}/{STATE_FILE}"))
+        _parsed_states[key] = hit
+        while len(_parsed_states) > _PARSED_KEPT:
+            del _parsed_states[next(iter(_parsed_states))]
+    state = hit[1]
+    return PublishState(dict(state.high_watermarks), dict(state.sinks), dict(state.queries))
+
+
+_PARSED_KEPT = 16
+_parsed_states: dict[str, tuple[bytes, PublishState]] = {}
+"""The last state files parsed, by root, with their bytes."""
 
 
 def write_state(storage: Storage, state: PublishState) -> None:

@@ -10,22 +10,25 @@ recovered from its recovery point unless the last shutdown was clean, and trunca
 its high watermark (bytes past it were written by an append or publish that never completed).
 On close it writes the checkpoints, then the marker.  Readers take no lock and recover nothing.
 
-A damaged partition is never written to (see :mod:`~pylog.storage.partition.layout`): before
-a log is loaded, a log-start checkpoint beyond the high watermark or a segment whose first batch
-starts below its file's base offset (renamed or copied: recovery would truncate it as invalid)
-stops the writer; after it is loaded, overlapping segments, a segment that ends below the next
-one's base offset in a log with dense offsets (cut short or removed from outside: offsets no
-segment holds, which recovery after a clean shutdown does not look for; found from each
-segment's last index entry, as the overlaps are) or a log end below the high watermark (segment
-files removed from outside: the next append would give acknowledged offsets a second value) do.
-The writer raises :class:`DamagedLogError` naming the files.  A reader opens such a log but
-raises the same error for the offsets concerned.  :func:`plan_repair` and :func:`apply_repair`
-(``pylog recover``, :meth:`Root.recover`) make it writable again, and find the damage a writer
-does not look for (a bad CRC or a batch cut short in a segment recovery does not scan): a
-misnamed segment is renamed after its first batch and a bogus log-start checkpoint entry
-dropped, which lose nothing; removing a segment whose offsets another one holds, ending the log
-at its first invalid byte or at offsets no segment holds, or lowering the high watermark to the
-log end, lose data and are only done when that is accepted.
+A writer never appends to a partition whose damage the append depends on (see
+:mod:`~pylog.storage.partition.layout`): before a log is loaded, a log-start checkpoint beyond
+the high watermark; as it is loaded, a segment recovery reads (the active one, or those from the
+recovery point on) or the one before them whose first batch starts below its file's base offset
+(renamed or copied: recovery would truncate it as invalid); after it is loaded, overlaps among
+those segments, one of them that ends below the next one's base offset in a log with dense
+offsets (cut short or removed from outside: offsets no segment holds, which recovery after a
+clean shutdown does not look for; found from the segment's last index entry) or a log end below
+the high watermark (segment files removed from outside: the next append would give acknowledged
+offsets a second value) stop it.  The writer raises :class:`DamagedLogError` naming the files.
+Older segments are not read to open a log (its cost does not grow with their number): damage
+there is found by the read that reaches it, which raises the same error for the offsets
+concerned (never fewer rows), as a reader does, and by ``pylog verify`` and ``pylog recover``.
+:func:`plan_repair` and :func:`apply_repair` (``pylog recover``, :meth:`Root.recover`) make it
+writable again, and find the damage a writer does not look for (a bad CRC or a batch cut short
+in a segment recovery does not scan): a misnamed segment is renamed after its first batch and a
+bogus log-start checkpoint entry dropped, which lose nothing; removing a segment whose offsets
+another one holds, ending the log at its first invalid byte or at offsets no segment holds, or
+lowering the high watermark to the log end, lose data and are only done when that is accepted.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ from pylog.storage.partition.checkpoint import Offsets
 from pylog.storage.partition.loader import Recovery, load_log
 from pylog.storage.partition.log import Log
 from pylog.storage.partition.segment import LogSegment, relative_headers, segment_name
+from pylog.storage.partition.segments import made_segments
 from pylog.storage.root.metadata import partition_dir, root_step
 from pylog.storage.root.publish import STATE_FILE
 
@@ -143,12 +147,9 @@ def open_log(
     directory = partition_dir(topic, partition)
     if writer:
         problems = _start_problems(log_start_offset, high_watermark)
-        with _naming_io_errors(directory, "checking the segment names of"):
-            if storage.external_changes and storage.isdir(directory):
-                problems += layout.misnamed_segments(storage, directory)
-        if problems:  # before recovery could take a misnamed segment for invalid bytes
+        if problems:
             raise layout.damaged_log_error(directory, problems, writer=True)
-    result = load_log(
+    result = load_log(  # (refuses misnamed segments before recovery could truncate them)
         storage,
         directory,
         config,
@@ -156,6 +157,7 @@ def open_log(
         log_start_offset=log_start_offset,
         had_clean_shutdown=had_clean_shutdown or not writer,
         read_only=not writer,
+        refuse_misnamed=writer and storage.external_changes,
     )
     lg = result.log
     lg.faults.parent = faults
@@ -166,14 +168,17 @@ def open_log(
         lg.high_watermark = high_watermark
         return lg, None
     with _naming_io_errors(directory, "checking the segments of"):
-        problems = layout.overlaps(lg.segments) if storage.external_changes else []
+        # the segments the load read and the one before them: what an append depends on (the
+        # older ones are checked as they are read, see Log)
+        checked = lg.segments[max(0, result.checked_from - 1) :]
+        problems = layout.overlaps(checked) if storage.external_changes else []
         if storage.external_changes and not problems and not config.compact:
             # (the same ends read: a hole costs nothing more to find, the checkpoint is read then)
-            holes = layout.holes(lg.segments, below=high_watermark)  # (acknowledged offsets)
+            holes = layout.holes(checked, below=high_watermark)  # (acknowledged offsets)
             problems += holes if holes and lg.offsets_dense() else []
         problems += _end_problems(lg, high_watermark)
     if problems:
-        for seg in lg.segments:  # closed as found: nothing flushed or indexed
+        for seg in made_segments(lg.segments):  # closed as found: nothing flushed or indexed
             seg.close_files()
         raise layout.damaged_log_error(directory, problems, writer=True)
     lg.high_watermark = high_watermark
