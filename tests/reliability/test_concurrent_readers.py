@@ -43,6 +43,7 @@ CONFIG = {
 # ---------------------------------------------------------------------- the reader loop
 
 
+@pytest.mark.slow  # reader threads against a writer for a time budget, on local disk and S3
 def test_reader_loop_beside_compaction_retention_and_merges(
     backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -26,6 +26,7 @@ from tests.reliability.memfs import Crash, MemStorage
 CASES = [(s, w) for s in SCENARIOS for w in s.worlds]
 
 
+@pytest.mark.slow  # every storage step of the scenario, each crashed, recovered and checked
 @pytest.mark.parametrize(("scenario", "world"), CASES, ids=[f"{s.name}-{w}" for s, w in CASES])
 def test_crash_after_every_step(scenario: Scenario, world: str) -> None:
     stats = Stats()

@@ -21,6 +21,8 @@ from tests.reliability.conftest import fuzz_seconds
 from tests.reliability.fuzz_atheris import available, run_atheris
 from tests.reliability.fuzz_targets import TARGETS, fuzz_for, mutate, run_one, seeds
 
+pytestmark = pytest.mark.slow  # a time budget of fuzzing per target, and thousands of examples
+
 EXECUTIONS: dict[str, int] = {}
 
 

@@ -10,6 +10,7 @@ import contextlib
 import random
 
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -21,6 +22,8 @@ from pylog.storage.root.manager import Root, partition_dir
 from tests.reliability.checker import Model, log_starts, read_rows
 from tests.reliability.conftest import scale
 from tests.reliability.memfs import Crash, MemStorage
+
+pytestmark = pytest.mark.slow  # stateful examples of up to 40 steps, each step checked
 
 T0 = 1_700_000_000_000
 TOPICS = {

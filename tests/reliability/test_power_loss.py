@@ -9,9 +9,13 @@ see :mod:`tests.reliability.workload`.  A failure names the seed: rerun it alone
 
 from __future__ import annotations
 
+import pytest
+
 from tests.reliability.checker import Stats
 from tests.reliability.conftest import scale
 from tests.reliability.workload import PowerCutWorkload
+
+pytestmark = pytest.mark.slow  # hundreds of power cuts and kills, each recovered and checked
 
 EPISODES = 10
 

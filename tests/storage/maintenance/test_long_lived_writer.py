@@ -276,6 +276,7 @@ def append_tail(lg: Log, key: bytes, ts: int) -> None:
         lg.append([b"tail-%02d-" % i + b"." * 40], key=[key], timestamp=[ts])
 
 
+@pytest.mark.slow  # 1,000 appends (200 on S3), each maintenance run checked against the model
 def test_one_writer_across_appends_and_maintenance_keeps_kafka_semantics(backend: Backend) -> None:
     appends = 1000 if backend.is_local else 200
     every = 20

@@ -403,7 +403,8 @@ CompactionModel.TestCase.settings = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-TestCompactionModel = CompactionModel.TestCase
+# 30 stateful examples of up to 40 steps, each checked against the model: a long property search
+TestCompactionModel = pytest.mark.slow(CompactionModel.TestCase)
 
 
 def test_model_day_scale_tombstones(tmp_path: Path) -> None:
