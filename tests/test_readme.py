@@ -59,10 +59,10 @@ def test_python_quickstart(tmp_path: Path) -> None:
     pytest.importorskip("duckdb")
     code = quickstart_blocks()[0] + textwrap.dedent(
         """
-        print("rows", events.num_rows, len(df))
+        print("rows", events.num_rows, len(df), recent.num_rows)
         """
     )
-    assert "rows 2 2" in _run(code, tmp_path, timeout=120)
+    assert "rows 2 2 2" in _run(code, tmp_path, timeout=120)  # the time range holds today's records
 
 
 SPARK_PRELUDE = """
@@ -78,9 +78,17 @@ events_df = (spark.readStream.format("rate").option("rowsPerSecond", 20).load()
 static_df = spark.createDataFrame([("user-9", "static")], "key string, value string")
 """
 
+# the reading query starts at once, as the block leaves it, before the sink may have created the
+# root: it reads the records once they are there (the rate source always has new rows, so the
+# writing query is stopped after its first micro-batch with rows, not when nothing is new)
 SPARK_POSTLUDE = """
-query.stop()
+import time
 reading = clicks.writeStream.format("memory").queryName("clicks").start()
+deadline = time.monotonic() + 400
+while not any(p["numInputRows"] for p in query.recentProgress):
+    assert query.isActive and time.monotonic() < deadline, query.exception()
+    time.sleep(0.2)
+query.stop()
 reading.processAllAvailable()
 reading.stop()
 print("read", spark.table("clicks").count() > 1)
@@ -99,5 +107,5 @@ def test_spark_quickstart(tmp_path: Path) -> None:
         f"scripts/spark_discovery.py for the editable install) {seen.stderr[-2000:]}"
     )
     code = SPARK_PRELUDE + quickstart_blocks()[1] + SPARK_POSTLUDE
-    out = _run(code, tmp_path, timeout=180)
+    out = _run(code, tmp_path, timeout=600)  # a first micro-batch can take a minute on a busy machine
     assert "read True" in out and "static 1" in out, out
