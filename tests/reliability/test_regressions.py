@@ -1,6 +1,5 @@
-"""Regression tests for the bugs the reliability campaign found (docs/reliability.md, "Bugs found").
-
-Each test is the smallest deterministic history that lost or mis-served data before its fix,
+"""Regression tests (docs/reliability.md, "Regression tests"): each is the smallest
+deterministic history in which a power cut, a crash or a replay could lose or mis-serve data,
 replayed on the power-loss file system of :mod:`tests.reliability.memfs`.
 """
 
@@ -29,9 +28,9 @@ def values(st: MemStorage, topic: str = "t", partition: int = 0) -> list[bytes]:
 
 
 def test_first_segment_of_a_new_partition_survives_a_power_cut() -> None:
-    """Bug 1 (storage/partition/log.py ``Log.flush``): the files of a segment created since the last
-    flush were fsynced, their directory never: a power cut lost every acknowledged record of a
-    new partition.  Fixed as Kafka's ``LocalLog.flush`` does (fsync the directory)."""
+    """``Log.flush`` (storage/partition/log.py) makes a segment created since the last flush
+    durable with its name, fsyncing the directory as Kafka's ``LocalLog.flush`` does: a power
+    cut keeps every acknowledged record of a new partition."""
     st = MemStorage()
     root = Root(st)
     root.create_topic("t", 1)
@@ -42,9 +41,9 @@ def test_first_segment_of_a_new_partition_survives_a_power_cut() -> None:
 
 
 def test_segments_removed_by_truncation_stay_removed_after_a_power_cut() -> None:
-    """Bug 2 (``Log.truncate_to``): segments deleted when a writer truncated unacknowledged
-    data came back after a power cut and shadowed the offsets appended since: acknowledged
-    records lost, an offset served with two values."""
+    """``Log.truncate_to``: segments deleted when a writer truncates unacknowledged data stay
+    deleted after a power cut, so they never shadow the offsets appended since (no acknowledged
+    record lost, no offset served with two values)."""
     st = MemStorage()
     root = Root(st)
     root.create_topic("t", 1)
@@ -70,10 +69,9 @@ def test_segments_removed_by_truncation_stay_removed_after_a_power_cut() -> None
 
 
 def test_reader_ignores_an_index_entry_whose_log_bytes_were_lost() -> None:
-    """Bug 3 (storage/partition/segment.py ``read_next_offset``): after a power cut that kept an index
-    page but not the log bytes it points at, a reader computed the segment's end from the torn
-    index entry and served nothing of the segment (acknowledged records invisible until a
-    writer recovered the log)."""
+    """``read_next_offset`` (storage/partition/segment.py): after a power cut that kept an index
+    page but not the log bytes it points at, a reader does not compute the segment's end from
+    the torn index entry: the segment's acknowledged records stay visible."""
     st = MemStorage()
     cfg = LogConfig.from_dict({"index.interval.bytes": "1"})
     lg = open_log(st, "t-0", cfg, had_clean_shutdown=True)
@@ -90,9 +88,9 @@ def test_reader_ignores_an_index_entry_whose_log_bytes_were_lost() -> None:
 
 
 def test_reader_sees_an_interrupted_swap_as_recovery_will_complete_it() -> None:
-    """Bug 4 (storage/partition/loader.py, read-only loading): while (or after a crash while) old
-    segments were already ``.deleted`` and the new ones still ``.swap``, a reader ignored the
-    ``.swap`` files and served a hole where the compacted records are."""
+    """Read-only loading (storage/partition/loader.py): while (or after a crash while) old segments
+    are already ``.deleted`` and the new ones still ``.swap``, a reader takes the ``.swap``
+    files as recovery will, never serving a hole where the compacted records are."""
     st = MemStorage()
     cfg = LogConfig.from_dict({"cleanup.policy": "compact"})
     lg = open_log(st, "t-0", cfg, had_clean_shutdown=True)
@@ -128,10 +126,10 @@ def test_reader_sees_an_interrupted_swap_as_recovery_will_complete_it() -> None:
 
 
 def test_creating_the_first_topic_is_all_or_nothing() -> None:
-    """Bug 5 (storage/root/manager.py ``create_topic``): a crash after the partition directories
-    were made but before ``pylog-topics.json`` existed left a topic *inferred* from the
+    """``create_topic`` (storage/root/manager.py) writes the metadata before the partition
+    directories: a crash leaves a complete topic or none, never one *inferred* from the
     directories - with fewer partitions and default configs - that ``create_topic(...,
-    exist_ok=True)`` then accepted.  Metadata is now written first."""
+    exist_ok=True)`` would accept."""
     for k in range(1, 8):
         st = MemStorage()
         root = Root(st)
@@ -147,10 +145,10 @@ def test_creating_the_first_topic_is_all_or_nothing() -> None:
 
 
 def test_append_to_a_partition_without_high_watermark_is_invisible_until_acknowledged() -> None:
-    """Bug 6 (``Root.append``/``Root.publish``): a partition without a high watermark (a
-    topic whose creation a crash interrupted before ``pylog-state.json`` was written, or a
-    Kafka log directory) served appended data before it was acknowledged, so a crash in the
-    middle of a publish left part of the batch visible and not recorded as committed."""
+    """``Root.append``/``Root.publish``: a partition without a high watermark (a topic whose
+    creation a crash interrupted before ``pylog-state.json`` was written, or a Kafka log
+    directory) serves appended data only once it is acknowledged, so a crash in the middle of a
+    publish leaves no part of the batch visible."""
     st = MemStorage()
     root = Root(st)
     root.create_topic("t", 2)
@@ -181,9 +179,9 @@ def test_append_to_a_partition_without_high_watermark_is_invisible_until_acknowl
 
 
 def test_reader_honours_the_log_start_checkpoint_written_before_retention_renames() -> None:
-    """Bug 7 (``Root`` readers): retention checkpoints the new log start offset before it
-    renames segments to ``.deleted``; a reader ignored that checkpoint, so after a crash in
-    between it served records the writer had already removed (the log start going back)."""
+    """``Root`` readers: retention checkpoints the new log start offset before it renames
+    segments to ``.deleted``; a reader honours that checkpoint, so after a crash in between it
+    never serves records the writer removed (the log start never goes back)."""
     st = MemStorage()
     root = Root(st)
     root.create_topic("r", 1, {"segment.bytes": "300", "retention.bytes": "350"})
@@ -207,9 +205,9 @@ def test_reader_honours_the_log_start_checkpoint_written_before_retention_rename
 
 
 def test_reader_of_an_interrupted_swap_that_emptied_a_segment() -> None:
-    """Bug 8 (storage/partition/loader.py, read-only loading): a ``.swap`` segment that compaction
-    emptied covers no offsets, so the reader kept both it and the segment of the same name it
-    replaces; a fetch from that segment's offsets served nothing."""
+    """Read-only loading (storage/partition/loader.py): a ``.swap`` segment that compaction
+    emptied covers no offsets, yet it replaces the segment of the same name: a fetch from that
+    segment's offsets serves what recovery would."""
     st = MemStorage()
     cfg = LogConfig.from_dict({"cleanup.policy": "compact"})
     lg = open_log(st, "t-0", cfg, had_clean_shutdown=True)
@@ -234,9 +232,9 @@ def test_reader_of_an_interrupted_swap_that_emptied_a_segment() -> None:
 
 
 def test_a_new_log_directory_survives_a_power_cut() -> None:
-    """Bug 9 (storage/partition/loader.py ``load_log``): the directory of a new log was created but its
-    parent never fsynced; flushed records of a log opened with the low-level API were lost
-    with the whole directory."""
+    """``load_log`` (storage/partition/loader.py) fsyncs the parent of a new log's directory:
+    flushed records of a log opened with the low-level API survive a power cut with the whole
+    directory."""
     st = MemStorage()
     lg = open_log(st, "t-0", LogConfig(), had_clean_shutdown=True)
     lg.append([b"v"], timestamp=T0)
@@ -246,10 +244,10 @@ def test_a_new_log_directory_survives_a_power_cut() -> None:
 
 
 def test_replayed_batch_restaged_with_the_same_task_attempt_lands_once(tmp_path: Path) -> None:
-    """Bug 13 (connector/sink.py ``stage_task``): staged files were opened for appending; when
-    the driver died between the tasks' staging and the commit, the restarted query (whose task
-    attempts are numbered from 0 again) appended its rows to the leftover file of the same name
-    and the replayed commit published them twice.  Found by the random-kill campaign."""
+    """``stage_task`` (connector/sink_task.py) starts its staged file afresh: when the driver
+    dies between the tasks' staging and the commit, the restarted query (whose task attempts are
+    numbered from 0 again) never appends to the leftover file of the same name, and the
+    replayed commit publishes each row once (the random-kill campaign's ground)."""
     import pylog
     from pylog.connector import sink
     from pylog.connector.sink_options import parse_sink_options
@@ -269,11 +267,11 @@ def test_replayed_batch_restaged_with_the_same_task_attempt_lands_once(tmp_path:
 
 
 def test_truncated_segment_keeps_the_timestamps_of_its_remaining_batches() -> None:
-    """Bug 14 (storage/partition/segment.py ``truncate_to``): the segment's largest timestamp was reset
-    to its last time-index entry; the time index is sparse, so a segment truncated below that
-    entry (a writer rolling back an unacknowledged publish) forgot its remaining batches'
-    timestamps and ``offset_for_timestamp`` skipped it.  Kafka's ``readLargestTimestamp`` scans
-    the batches after the last entry.  Found by the stateful model test."""
+    """``truncate_to`` (storage/partition/segment.py) keeps the largest timestamp of the batches
+    a segment keeps: the time index is sparse, so a segment truncated below its last entry (a
+    writer rolling back an unacknowledged publish) scans the batches after the entry, as
+    Kafka's ``readLargestTimestamp`` does, and ``offset_for_timestamp`` does not skip it (the
+    stateful model test's ground)."""
     st = MemStorage()
     lg = open_log(st, "t-0", LogConfig.from_dict({"index.interval.bytes": "40"}), had_clean_shutdown=True)
     for i in range(3):
