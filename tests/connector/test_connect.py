@@ -4,8 +4,8 @@ The server is its own process (``spark-submit --class ...SparkConnectServer``, w
 ``start-connect-server.sh`` runs) on a loopback port, started in a directory outside the clone
 with no ``PYTHONPATH``: its Python workers find ``pyspark_pylog`` as an installed module, so
 nothing here calls ``spark.dataSource.register``.  The client is the one users write,
-``SparkSession.builder.remote("sc://host:port")`` (pyspark's ``connect`` extra).  One server
-serves the whole module: it takes 10-30 s to start."""
+``SparkSession.builder.remote("sc://host:port")`` (pyspark's ``connect`` extra); the README's
+Connect example runs here too.  One server serves the whole module: it takes 10-50 s to start."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ import pylog
 # a Spark session on a server process this module starts
 pytestmark = [pytest.mark.spark, pytest.mark.subprocess]
 
+REPO = Path(__file__).resolve().parents[2]
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 STARTED = re.compile(r"Spark Connect server started at: ([0-9.]+):(\d+)")
 START_TIMEOUT_S = 240
@@ -154,22 +155,33 @@ def module_scan_finds_pylog(env: dict[str, str], cwd: Path) -> bool:
 
 
 @pytest.fixture(scope="module")
-def connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A Spark Connect session on a local Connect server that has pylog installed."""
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    """A local Spark Connect server that has pylog installed, listening."""
     pytest.importorskip("grpc", reason="the Spark Connect client needs pyspark's connect extra ('.[spark]')")
     pytest.importorskip("pyspark.sql.connect.session", reason="pyspark with Spark Connect is needed")
-    from pyspark.sql import SparkSession
-
     server = ConnectServer(tmp_path_factory.mktemp("connect-server"))
     if not module_scan_finds_pylog(server.env, server.workdir):
         pytest.fail(
             "pyspark_pylog is not on sys.path of this interpreter outside the clone, so Spark cannot find "
             "format('pylog'): an editable install needs `python scripts/spark_discovery.py` (make runs it)"
         )
-    saved = {k: os.environ.get(k) for k in CLIENT_ENV}
-    url = server.start()
+    server.start()
     try:
-        session = SparkSession.builder.remote(url).create()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def connect(connect_server: ConnectServer) -> Iterator[Any]:
+    """A Spark Connect session (the client) on ``connect_server``."""
+    from pyspark.sql import SparkSession
+
+    saved = {k: os.environ.get(k) for k in CLIENT_ENV}
+    try:
+        # create(), not getOrCreate(): the latter refuses a remote session in a process that
+        # runs a classic SparkContext (the other connector tests' session)
+        session = SparkSession.builder.remote(connect_server.url).create()
         try:
             yield session
         finally:
@@ -180,7 +192,6 @@ def connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        server.stop()
 
 
 def test_batch_write_then_read_through_connect(connect: Any, tmp_path: Path) -> None:
@@ -304,3 +315,36 @@ def test_stream_exactly_once_through_connect(connect: Any, tmp_path: Path) -> No
             if q == p
         ]
         assert sorted(offsets) == list(range(len(offsets)))
+
+
+def readme_connect_example() -> str:
+    """The Python block of the README's "Spark Connect" section."""
+    readme = (REPO / "README.md").read_text()
+    section = re.split(r"\n#{2,3} ", readme.split("\n### Spark Connect\n", 1)[1], maxsplit=1)[0]
+    (block,) = re.findall(r"^```python\n(.*?)^```$", section, flags=re.S | re.M)
+    return block
+
+
+def test_readme_connect_example(connect_server: ConnectServer, tmp_path: Path) -> None:
+    """The README's client snippet, as written but for the server's port and the root's path, in
+    a process of its own (a client without pylog on its path) from a directory outside the clone."""
+    code = readme_connect_example()
+    assert "sc://localhost:15002" in code and "/data/logs" in code
+    root = tmp_path / "data" / "logs"
+    code = code.replace("sc://localhost:15002", connect_server.url).replace("/data/logs", str(root))
+    work = tmp_path / "cwd"
+    work.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", *CLIENT_ENV)}
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=QUERY_TIMEOUT_S,
+    )
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr[-6000:]}"
+    assert proc.stdout.count("|events|") == 3, proc.stdout  # show() printed the three records
+    with pylog.open(str(root), read_only=True) as r:
+        assert r.partitions("events") == 4
+        assert sorted(r.read_table("events").column("key").to_pylist()) == [b"0", b"1", b"2"]
