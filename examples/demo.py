@@ -50,6 +50,7 @@ FILES = 16
 PER_FILE = 5000
 SEGMENT_BYTES = 32 * 1024
 TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": SEGMENT_BYTES}
+GROUP = "demo-sensors"
 
 
 # ============================================================================ input
@@ -125,6 +126,9 @@ def start_writer(spark: Any, inbox: Path, root: Path, checkpoints: Path) -> Any:
         .option("topic", TOPIC)
         .option("batch.size", 16 * 1024)  # record batches smaller than a segment
         .option("maintenance", "true")  # the default: compaction after each commit
+        # ... run to its end: with the default budget (2 s) a compaction that takes longer, as the
+        # first ones can on a busy machine, leaves the rest to the next commits, with a warning
+        .option("maintenance.budgetMs", 60_000)
         .option("checkpointLocation", str(checkpoints / "write-readings"))
         .trigger(availableNow=True)  # everything in the inbox, then stop
         .start()
@@ -140,6 +144,7 @@ def start_reader(spark: Any, root: Path, checkpoints: Path) -> Any:
         .option("path", str(root))
         .option("subscribe", TOPIC)
         .option("startingOffsets", "earliest")
+        .option("groupId", GROUP)  # the consumer group `pylog describe` shows it under
         .load()
         .select("partition", "offset", F.col("key").cast("string").alias("sensor"), reading.alias("r"))
         .groupBy("partition", "sensor")
@@ -403,7 +408,10 @@ def summarize(
     say(f"  {shown(base / 'spark-checkpoints')}/  the Spark checkpoints: write-readings/, read-readings/")
     say(f"  {shown(base / 'inbox')}/  the input files")
     say("next:")
-    say(f"  {pylog_cmd} describe {shown(root)}")
+    say(
+        f"  {pylog_cmd} describe {shown(root)}   # the reading query's group {GROUP}: "
+        "its last micro-batch shows as lag (Spark commits a batch when it plans the next)"
+    )
     say(f"  {pylog_cmd} dump --files {shown(segment)} --print-data-log | head")
     say(f"  {pylog_cmd} verify {shown(root)}")
     return all(ok for _, ok in checks)
