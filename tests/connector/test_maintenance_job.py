@@ -148,6 +148,7 @@ def test_a_compaction_job_beside_a_streaming_sink(spark: Any, backend: Backend, 
         assert all(p.lock_held_s < p.elapsed_s for p in summary.partitions)
 
 
+@pytest.mark.subprocess  # Spark's local-cluster master in a process of its own
 def test_the_job_on_a_local_cluster(s3_server: Any, tmp_path: Path) -> None:
     """The same on Spark's ``local-cluster`` master, with two executor processes of their own,
     on local disk and on S3 (in a subprocess, since a process has one SparkContext and the

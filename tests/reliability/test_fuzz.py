@@ -21,7 +21,9 @@ from tests.reliability.conftest import fuzz_seconds
 from tests.reliability.fuzz_atheris import available, run_atheris
 from tests.reliability.fuzz_targets import TARGETS, fuzz_for, mutate, run_one, seeds
 
-pytestmark = pytest.mark.slow  # a time budget of fuzzing per target, and thousands of examples
+# a time budget of fuzzing per target (atheris, when installed, fuzzes in a process of its own),
+# and thousands of examples
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 
 EXECUTIONS: dict[str, int] = {}
 
