@@ -241,6 +241,7 @@ def test_batch_write_then_read_through_connect(connect: Any, tmp_path: Path) -> 
         .select("offset", "value")
         .collect()
     )
+    assert len(ranged) == 1
     assert [(r.offset, r.value) for r in ranged] == [
         (r.offset, r.value) for r in got if (r.partition, r.offset) == (1, 1)
     ]
