@@ -20,9 +20,9 @@ can move it.)
 
 Partitions that appear later (new partitions, new topics matching ``subscribePattern``) start at
 offset 0, i.e. at the earliest record, as in Kafka; a start below the log start offset is
-reported as data loss by the read.  A root that does not exist yet (a local directory a sink
-creates at its first commit) is read as a root without topics, as Kafka's subscribe to a topic
-that does not exist: nothing is read (logged once, naming the path) until its topics appear.
+reported as data loss by the read.  A root that does not exist yet (which a sink creates as it
+starts) is read as a root without topics, as Kafka's subscribe to a topic that does not exist:
+nothing is read (logged once, naming the path) until its topics appear.
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ from pylog.connector.offsets import (
     RootView,
     backlog,
     check_given_offsets,
-    check_path,
     from_json,
     initial_spec,
     is_offset,
@@ -60,10 +59,10 @@ from pylog.connector.offsets import (
     split_ranges,
     to_json,
 )
-from pylog.connector.options import SourceOptionError, SourceOptions
+from pylog.connector.options import SourceOptions
 from pylog.connector.scan import ReadTask, read_task, task_for
 from pylog.connector.workers import on_task_start
-from pylog.storage.errors import PylogError
+from pylog.storage.errors import NoRootError, PylogError
 from pylog.storage.partition.checkpoint import TopicPartition
 from pylog.storage.root.consumers import expire_consumer_offsets, write_consumer_offsets
 
@@ -90,11 +89,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return state
 
     def _refresh(self) -> RootView | None:
-        """The root as it is now; None while a local root does not exist yet."""
+        """The root as it is now; None while it does not exist yet."""
         if self._view is None:
             try:
-                check_path(self.opts.path)
-            except SourceOptionError:
+                self._view = RootView(self.opts.path, self.opts.storage_options, self.opts.isolation_level)
+            except NoRootError:
                 if not self._no_root_logged:
                     self._no_root_logged = True
                     log.warning(
@@ -103,7 +102,6 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         self.opts.path,
                     )
                 return None
-            self._view = RootView(self.opts.path, self.opts.storage_options, self.opts.isolation_level)
         else:
             self._view.refresh()
         return self._view
@@ -218,7 +216,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             view = self._refresh()
         if view is None:  # no root yet (Spark plans batch 0 even when it is empty), or it is gone
             if end_map:
-                check_path(self.opts.path)
+                raise NoRootError(f"{self.opts.path}: no pylog root any more (offsets were planned on it)")
             return []
         ranges = []
         for tp, until in sorted(end_map.items()):

@@ -147,6 +147,11 @@ class StorageError(PylogError):
     """A path outside the root, or an I/O failure with the path it concerns."""
 
 
+class NoRootError(StorageError):
+    """A root opened read-only where there is none: a missing local directory, an object-store
+    prefix without a commit (a writer creates roots; a stream waits for one)."""
+
+
 class ObjectStoreError(PylogError):
     """An object-store operation failed, naming the URL (never the credentials)."""
 

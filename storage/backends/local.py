@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import BinaryIO
 
 from pylog.storage.backends.fs import AppendFile, Storage, naming_errors
-from pylog.storage.errors import LogLockedError, StorageError, StorageIOError, too_many_open_files
+from pylog.storage.errors import (
+    LogLockedError,
+    NoRootError,
+    StorageError,
+    StorageIOError,
+    too_many_open_files,
+)
 
 try:
     import fcntl
@@ -359,7 +365,7 @@ class LocalStorage(Storage):
                     ) from e
                 raise StorageIOError.wrap(e, self.root, "create the root directory") from e
         elif not self.root.is_dir():
-            raise StorageError(f"{self.root}: no such directory")
+            raise NoRootError(f"{self.root}: no such directory")
         self._abs: dict[str, str] = {}  # resolved paths of hot files (reads)
 
     def describe(self) -> str:

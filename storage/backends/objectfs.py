@@ -58,7 +58,7 @@ from pylog.storage.backends.objectstore import ObjectStore
 from pylog.storage.backends.reads import ObjectReader
 from pylog.storage.backends.snapshot import LOG, Ref, Snapshot
 from pylog.storage.backends.worktree import Entry, VirtualAppend, WorkingTree
-from pylog.storage.errors import CommitConflictError, StorageError, StorageIOError
+from pylog.storage.errors import CommitConflictError, NoRootError, StorageError, StorageIOError
 from pylog.storage.faults import Faults
 
 log = logging.getLogger("pylog.storage")
@@ -116,7 +116,7 @@ class ObjectStorage(Storage):
             ObjectStore(url, storage_options), read_only=read_only, load=load, trust_known_s=trust_known_s
         )
         if load and read_only and st.number < 0 and not st._load_kafka_dir():
-            raise StorageError(
+            raise NoRootError(
                 f"{url}: no pylog root here (no commit under {LOG} or manifest under {MANIFESTS}); "
                 "create one with a writer "
                 "(pylog create-topic, or a Spark write with the partitions option)"

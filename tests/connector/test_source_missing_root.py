@@ -9,30 +9,34 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-import pylog
+from pylog.storage.errors import NoRootError
+from tests.conftest import Backend
 from tests.connector.source_helpers import Collector, reader, start_stream
 
 
 def test_a_stream_of_a_root_that_does_not_exist_yet_reads_its_topics_as_they_appear(
-    spark: Any, tmp_path: Path
+    spark: Any, backend: Backend, tmp_path: Path
 ) -> None:
-    """The README's Quickstart starts a reader right after a sink that creates the root at its
-    first commit: the reader loads, reads nothing until the root exists, then every record of
-    the topic (partitions that appear after the query started are read from their earliest
-    offsets, as Kafka does), and a partition added later."""
-    root = tmp_path / "made-later"
+    """The README's Quickstart starts a reader right after a sink that creates the root as it
+    starts: the reader loads, reads nothing until the root exists (a local directory, or an
+    object-store prefix with a commit), then every record of the topic (partitions that appear
+    after the query started are read from their earliest offsets, as Kafka does), and a
+    partition added later."""
+    later = backend.child("made-later")
     c = Collector()
-    q = start_stream(spark, root, tmp_path / "ck", c, subscribe="t")  # startingOffsets: latest
+    q = start_stream(spark, later, tmp_path / "ck", c, subscribe="t")  # startingOffsets: latest
     try:
         q.processAllAvailable()
-        assert c.rows() == [] and not root.exists()  # the reader created nothing
-        with pylog.open(root) as r:
+        assert c.rows() == []
+        with pytest.raises(NoRootError):  # the reader created nothing
+            later.open(read_only=True)
+        with later.open() as r:
             r.create_topic("t", partitions=2)
             r.append("t", pa.table({"value": [b"a", b"b"]}), partition=0)
             r.append("t", pa.table({"value": [b"c"]}), partition=1)
         q.processAllAvailable()
         assert sorted(c.values()) == [b"a", b"b", b"c"]
-        with pylog.open(root) as r:
+        with later.open() as r:
             r.add_partitions("t", 1)
             r.append("t", pa.table({"value": [b"d"]}), partition=2)
         q.processAllAvailable()
