@@ -70,7 +70,8 @@ def open_read_only(path: str, storage_options: Mapping[str, Any] | None = None) 
 
 
 def check_path(path: str) -> None:
-    """Fail at ``load()`` for a local root that does not exist."""
+    """A local root that does not exist is an error naming the option (a batch read's, when it
+    is planned; a stream waits for the root instead)."""
     local = path[len("file://") :] if path.startswith("file://") else path
     if "://" not in local and not os.path.isdir(local):
         raise SourceOptionError(
