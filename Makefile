@@ -6,6 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-dev
 DISCOVERY := $(VENV)/.spark-discovery
+KERNELS := $(VENV)/.kernels-cached
 
 .PHONY: demo test unit lint bench clean reliability
 
@@ -24,7 +25,13 @@ $(DISCOVERY): $(STAMP) scripts/spark_discovery.py
 	$(PY) scripts/spark_discovery.py
 	touch $(DISCOVERY)
 
-demo: $(DISCOVERY)
+# the codec's numba kernels compiled into numba's on-disk cache once per installation (again
+# when their sources change), so that no query, Spark worker or command compiles them
+$(KERNELS): $(STAMP) $(wildcard storage/codec/_kernels*.py)
+	$(PY) -m pylog.tools.warm_kernels
+	touch $(KERNELS)
+
+demo: $(DISCOVERY) $(KERNELS)
 	$(PY) examples/demo.py
 
 lint: $(DISCOVERY)
@@ -40,10 +47,10 @@ test: lint
 unit: $(STAMP)
 	$(VENV)/bin/pytest -q -p no:cacheprovider -m "not spark and not s3 and not subprocess and not slow"
 
-reliability: $(DISCOVERY)
+reliability: $(DISCOVERY) $(KERNELS)
 	$(PY) -m tests.reliability.campaign --long
 
-bench: $(DISCOVERY)
+bench: $(DISCOVERY) $(KERNELS)
 	$(PY) bench/codec.py
 
 clean:

@@ -11,6 +11,18 @@ copy is the fallback for platforms without numba and for ``PYLOG_NO_JIT=1``; the
 both, and the Python copy doubles as a bounds-checked oracle for the compiled one (compiled
 code does not check array bounds).
 
+Machine code is compiled once per installation: numba caches it on disk (next to the kernel
+sources in ``__pycache__``, in ``NUMBA_CACHE_DIR`` when set, else in a user-wide cache directory
+when the package's folder is read-only), ``make`` warms that cache after installing
+(``python -m pylog.tools.warm_kernels``), and a process that finds a kernel signature missing
+compiles it holding a lock file in the cache directory, so that processes starting together
+(Spark's Python workers) compile it once and the others load it.  Even a cached kernel costs a
+new process about a second (importing numba and setting up its code generator), as much as the
+interpreted copy takes for ~20,000 records: so a process runs its first :data:`PYTHON_BUDGET`
+records through the interpreted copy (a CLI command, a driver-side commit scanning a few batch
+headers never load numba) and switches to the compiled one for good at the first call that
+would exceed it.
+
 Why numba: finding record boundaries is inherently sequential (each record's length is a
 varint that must be read before the next record can be found), so numpy alone cannot walk
 records without a Python-level loop per record.  numba compiles that one loop; everything
@@ -19,12 +31,15 @@ around it (header parsing, varint sizing, null masks, offsets) stays vectorized 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import sys
 import threading
 import types
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 _SOURCES = tuple(
     Path(__file__).with_name(f"_kernels{part}_src.py") for part in ("", "_enc", "_part", "_hash")
@@ -121,8 +136,60 @@ def _compile() -> types.ModuleType | None:
     for fn in HELPERS[2:]:  # inlined into the kernels at numba's level: no call per varint
         setattr(mod, fn, numba.njit(cache=True, nogil=True, inline="always")(getattr(mod, fn)))
     for fn in KERNELS:
-        setattr(mod, fn, numba.njit(cache=True, nogil=True)(getattr(mod, fn)))
+        kernel = numba.njit(cache=True, nogil=True)(getattr(mod, fn))
+        setattr(kernel, "compile", _locked(kernel, kernel.compile))  # noqa: B010 (what the dispatcher calls)
+        setattr(mod, fn, kernel)
     return mod
+
+
+LOCK_NAME = "pylog-kernels.lock"
+"""The lock file, in numba's cache directory, held while a signature is loaded or compiled."""
+_lock_depth = 0
+_rlock = threading.RLock()
+
+
+@contextlib.contextmanager
+def _cache_lock(cache_dir: str | None) -> Iterator[None]:
+    """Hold the cache directory's lock file (reentrant within the process; no lock where the
+    directory cannot hold one or ``fcntl`` is missing: numba's own cache writes stay atomic)."""
+    global _lock_depth
+    with _rlock:
+        fd = -1
+        if _lock_depth == 0 and cache_dir:
+            try:
+                import fcntl
+
+                os.makedirs(cache_dir, exist_ok=True)
+                fd = os.open(os.path.join(cache_dir, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o666)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except (ImportError, OSError):
+                if fd >= 0:
+                    os.close(fd)
+                fd = -1
+        _lock_depth += 1
+        try:
+            yield
+        finally:
+            _lock_depth -= 1
+            if fd >= 0:
+                os.close(fd)  # releases the flock
+
+
+def _locked(kernel: Any, compile_sig: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``kernel.compile`` that loads or compiles a signature this process lacks under the
+    cache's lock: a process waiting for another's compilation then loads its result."""
+    from numba.core import sigutils
+
+    cache_dir = getattr(getattr(kernel, "_cache", None), "_cache_path", None)
+
+    def compile(sig: Any) -> Any:
+        args, _ = sigutils.normalize_signature(sig)
+        if kernel.overloads.get(tuple(args)) is not None:
+            return compile_sig(sig)
+        with _cache_lock(cache_dir):
+            return compile_sig(sig)
+
+    return compile
 
 
 _jit: types.ModuleType | None = None
@@ -147,13 +214,25 @@ def compiled() -> types.ModuleType | None:
 
 
 _active: types.ModuleType | None = None
-"""The kernels selected by :func:`use`; None: the compiled copy when there is one."""
+"""The kernels selected by :func:`use`, or chosen once the interpreted budget is spent; None:
+the choice is still open (see :func:`active`)."""
+
+PYTHON_BUDGET = 20_000
+"""Records (or log entries) a process runs through the interpreted kernels before loading the
+compiled ones: about what loading numba costs a new process (~1 s)."""
+_python_work = 0
 
 
-def active() -> types.ModuleType:
-    """The kernels the codec uses now."""
-    global _active
+def active(work: int | None = None) -> types.ModuleType:
+    """The kernels for a call about to do ``work`` steps (records encoded or walked, entries
+    scanned; None: unknown, treated as large).  Until the process has loaded numba, calls that
+    fit in what is left of :data:`PYTHON_BUDGET` get the interpreted copy; the first one that
+    does not (or gives no ``work``) loads the compiled copy, which every later call gets."""
+    global _active, _python_work
     if _active is None:
+        if work is not None and _python_work + work <= PYTHON_BUDGET and not _jit_loaded:
+            _python_work += work
+            return python
         _active = compiled() or python
     return _active
 

@@ -258,7 +258,7 @@ def scan_entries(
     size = np.empty(cap, dtype=np.int64)
     magic = np.empty(cap, dtype=np.int64)
     status = np.zeros(4, dtype=np.int64)
-    k = _kernels.active().scan_entries(data, start, end, pos, size, magic, status)
+    k = _kernels.active(cap).scan_entries(data, start, end, pos, size, magic, status)
     pos, size, magic = pos[:k], size[:k], magic[:k]
     code = int(status[0])
     error: CorruptRecordError | None = None

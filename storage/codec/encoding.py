@@ -135,7 +135,7 @@ def encode(
         return EncodedBatches(
             np.zeros(0, np.uint8), parse_headers(np.zeros(0, np.uint8), *(np.zeros(0, np.int64),) * 3)
         )
-    kern = _kernels.active()
+    kern = _kernels.active(n)
     first = np.empty(n, np.int64)
     nbytes = np.empty(n, np.int64)
     body = np.empty(n, np.int64)
@@ -225,7 +225,7 @@ def encode_partitioned(
     if parts.shape[0] != inp.n or (parts.shape[0] and int(parts.max()) >= nparts):
         raise IndexError(f"parts must give each of the {inp.n} rows a partition below {nparts}")
     n = inp.n
-    kern = _kernels.active()
+    kern = _kernels.active(n)
     state = np.zeros((3, nparts), np.int64)
     state[0] = -1
     body, batch_of = np.empty(n, np.int64), np.empty(n, np.int64)

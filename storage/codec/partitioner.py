@@ -180,5 +180,5 @@ def _murmur2_core(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> 
     if len(starts) and int((starts + lengths).max()) > len(data):
         raise ValueError("key bytes beyond the data buffer")  # the kernel reads unchecked
     out = np.empty(len(starts), dtype=np.int64)
-    _kernels.active().murmur2_keys(data, starts, lengths, out)
+    _kernels.active(len(starts)).murmur2_keys(data, starts, lengths, out)
     return out.astype(np.uint32).view(np.int32)

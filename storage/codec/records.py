@@ -130,7 +130,7 @@ def decode(
     walked = walk_decoded(sections, error=lambda j, msg: batch_error(headers, j, msg, path, base_position))
     idx = np.arange(len(headers), dtype=np.int64)
     column = _headers_column(
-        _kernels.active(),
+        _kernels.active(walked.offset.shape[0]),
         sections.buffer,
         walked.hdr_rec,
         walked.hdr_pos,
@@ -350,7 +350,7 @@ def walk_spans(sec: Sections, error: WalkError) -> RecordSpans:
     n = _check_counts(sec, error)
     status = np.zeros(8, np.int64)
     w = RecordSpans(*(np.empty(n, np.int64) for _ in range(7)))
-    got = _kernels.active().walk_records(
+    got = _kernels.active(n).walk_records(
         *_walk_inputs(sec), w.offset, w.timestamp, w.key_pos, w.key_len, w.val_len, w.tail, w.end,
         None, None, None, None, None, status,
     )  # fmt: skip
@@ -371,7 +371,7 @@ def walk_decoded(sec: Sections, error: WalkError) -> DecodedRecords:
     keys, values = _binary_out(n, capacity, scratch=True), _binary_out(n, capacity)
     rare = _empty(5 * n).reshape(5, n)
     offset, timestamp = _empty(n), _empty(n)
-    got = _kernels.active().walk_records(
+    got = _kernels.active(n).walk_records(
         *_walk_inputs(sec), offset, timestamp, None, None, None, None, None,
         rare, keys[0][1], keys[1][1], values[0][1], values[1][1], status,
     )  # fmt: skip

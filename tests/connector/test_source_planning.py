@@ -471,8 +471,8 @@ def test_a_partition_deleted_before_the_first_batch_is_planned_is_data_loss(
 @pytest.mark.subprocess
 def test_planning_a_read_imports_no_compiled_kernels(tmp_path: Path) -> None:
     """Spark starts a driver-side Python process for each query's planning: importing the
-    connector and resolving a stream's earliest and latest offsets load no numba (about half
-    a second of CPU at each query start); decoding a batch then loads the kernels."""
+    connector and resolving a stream's earliest and latest offsets load no numba (about a
+    second at each query start); nor does decoding a few records (the interpreted kernels)."""
     with pylog.open(tmp_path / "r") as root:
         root.create_topic("t", 2)
         root.append("t", pa.table({"key": [b"k"], "value": [b"v"]}), partition=1)
@@ -491,7 +491,7 @@ def test_planning_a_read_imports_no_compiled_kernels(tmp_path: Path) -> None:
         assert "numba" not in sys.modules, "planning imported numba"
         rows = sum(b.num_rows for p in parts for b in reader.read(p))
         assert rows == 1, rows
-        assert "numba" in sys.modules or os.environ.get("PYLOG_NO_JIT"), "decoding loaded no kernels"
+        assert "numba" not in sys.modules, "decoding one record imported numba"
         """
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
