@@ -181,13 +181,11 @@ def _load_log(
             parent = directory.rstrip("/").rpartition("/")[0]
             storage.fsync_dir(parent)  # the new directory's name is durable (test_power_loss.py)
         names = _remove_temp_files_and_complete_swaps(storage, directory, config, rec)
-        # (one pass of a regular expression over the names, not a Python step per file)
-        text = "\n".join(names)
-        logs = set(_FINAL_LOG.findall(text))
-        for n in _orphan_indexes(text, logs):
+        logs = {n[:20] for n in names if len(n) == 24 and n.endswith(".log")}
+        for n in _orphan_indexes(names, logs):
             storage.delete(join(directory, n))
             rec.removed_files.append(n)
-        bases = sorted(map(int, logs))
+        bases = sorted(int(b) for b in logs if b.isascii() and b.isdigit())
         # after an unclean shutdown, the segment holding the recovery point and all later ones
         # are recovered (their indexes rebuilt); the active one's indexes are checked
         first = len(bases)
@@ -306,18 +304,17 @@ def _remove_temp_files_and_complete_swaps(
     return storage.listdir(directory)
 
 
-_FINAL_LOG = re.compile(r"^(\d{20})\.log$", re.MULTILINE)
-_FINAL_INDEX = re.compile(r"^(\d{20})\.(?:index|timeindex|txnindex)$", re.MULTILINE)
 _TEMP_NAME = re.compile(r"\.(?:deleted|cleaned|swap)$", re.MULTILINE)
+_INDEX_KINDS = ("index", "timeindex", "txnindex")
 
 
-def _orphan_indexes(text: str, logs: set[str]) -> list[str]:
-    """The index files among the names in ``text`` (one a line) whose segment has no ``.log``
-    (the base offsets of those that have one: ``logs``, as in the names)."""
-    orphans = set(_FINAL_INDEX.findall(text)) - logs
+def _orphan_indexes(names: list[str], logs: set[str]) -> list[str]:
+    """The index files among ``names`` whose segment has no ``.log`` (``logs``: the stems, base
+    offsets as in the names, of the ``.log`` files)."""
+    orphans = {n.partition(".")[0] for n in names if n.endswith("index")} - logs
     if not orphans:
         return []
-    return [m.group(0) for m in _FINAL_INDEX.finditer(text) if m.group(1) in orphans]
+    return [n for n in names if (p := _parse(n)) and not p[2] and p[1] in _INDEX_KINDS and n[:20] in orphans]
 
 
 def _check_on_first_use(seg: LogSegment) -> None:
