@@ -44,7 +44,7 @@ test: lint
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
 # everything but Spark, S3, child processes and long campaigns: the markers of tests/conftest.py
-unit: $(STAMP)
+unit: $(KERNELS)
 	$(VENV)/bin/pytest -q -p no:cacheprovider -m "not spark and not s3 and not subprocess and not slow"
 
 reliability: $(DISCOVERY) $(KERNELS)
