@@ -14,7 +14,7 @@ schema and hands over to the readers and writers below it:
 
     datasource                          DefaultSource (this module)
     source | stream | sink              batch reader | micro-batch reader | writers
-    scan | sink_commit | sink_task      reading one planned range (executors) | commit (driver) | staging (executors)
+    scan | sink_commit | sink_task      reading a planned range | a write's commit | staging (executors)
     offsets | pushdown                  listing, resolving and splitting offsets | filter pushdown
     options | sink_options              source options | sink options, columns
     optionspec                          every option of the source and the sink, declared once
