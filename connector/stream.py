@@ -133,8 +133,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         view = self._refresh()
-        if view is None:  # no root yet: nothing new
-            return start
+        if view is None:  # no root yet: nothing new; the partitions of offsets planned on a root
+            # that is gone are left out, as deleted ones are (partitions() reports the data loss)
+            return to_json({}) if from_json(start, "start offset") else start
         start_map = from_json(start, "start offset")
         latest = self._available(view)
         self._latest = latest
