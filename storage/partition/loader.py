@@ -185,7 +185,7 @@ def _load_log(
         for n in _orphan_indexes(names, logs):
             storage.delete(join(directory, n))
             rec.removed_files.append(n)
-        bases = sorted(int(b) for b in logs if b.isascii() and b.isdigit())
+        bases = sorted([int(b) for b in logs if b.isascii() and b.isdigit()])
         # after an unclean shutdown, the segment holding the recovery point and all later ones
         # are recovered (their indexes rebuilt); the active one's indexes are checked
         first = len(bases)
@@ -311,7 +311,7 @@ _INDEX_KINDS = ("index", "timeindex", "txnindex")
 def _orphan_indexes(names: list[str], logs: set[str]) -> list[str]:
     """The index files among ``names`` whose segment has no ``.log`` (``logs``: the stems, base
     offsets as in the names, of the ``.log`` files)."""
-    orphans = {n.partition(".")[0] for n in names if n.endswith("index")} - logs
+    orphans = {n[:20] for n in names if n.endswith("index")} - logs
     if not orphans:
         return []
     return [n for n in names if (p := _parse(n)) and not p[2] and p[1] in _INDEX_KINDS and n[:20] in orphans]
