@@ -5,13 +5,13 @@
 For roots of 10 / 1,000 / 5,000 partitions (one topic) and for one partition of 10 / 1,000 /
 10,000 segments, built beforehand and closed cleanly: the time to open the root and append one
 record to one partition (the writer's first append; the median of ``--repeat`` opens, each
-after a clean close, default 5), then to read that whole partition, and the file descriptors
-the process holds (``/proc/self/fd``) after each step and at most while building.  Runs under
-``ulimit -n 1024`` (``resource.setrlimit`` in this process); the append handles kept open are
-bounded by ``pylog.storage.backends.local.MAX_OPEN_APPEND_FILES``.
-Prints a table, then as its last line a JSON object with every figure and the ratios
-largest / smallest case of the open + append times.  ``--quick``: 10 / 200 / 1,000 partitions
-and 10 / 100 / 1,000 segments.
+after a clean close, default 5, the cases of one kind taken round robin), then to read that
+whole partition, and the file descriptors the process holds (``/proc/self/fd``) after each step
+and at most while building. Runs under ``ulimit -n 1024`` (``resource.setrlimit`` in this
+process); the append handles kept open are bounded by
+``pylog.storage.backends.local.MAX_OPEN_APPEND_FILES``. Prints a table, then as its last line a
+JSON object with every figure and the ratios largest / smallest case of the open + append
+times. ``--quick``: 10 / 200 / 1,000 partitions and 10 / 100 / 1,000 segments.
 """
 
 from __future__ import annotations
@@ -80,14 +80,20 @@ def measure(path: str, partition: int, *, read: bool = True) -> dict[str, Any]:
     }
 
 
-def measure_repeated(path: str, partition: int, repeat: int) -> dict[str, Any]:
-    """``repeat`` opens + appends (each after a clean close), the last one followed by the read:
-    the median open + append time, and the last run's read and descriptors."""
-    runs = [measure(path, partition, read=False) for _ in range(repeat - 1)]
-    last = measure(path, partition)
-    runs.append(last)
-    times = [r["open_append_s"] for r in runs]
-    return {**last, "open_append_s": statistics.median(times), "open_append_runs_s": times}
+def measure_round_robin(cases: list[tuple[str, int]], repeat: int) -> list[dict[str, Any]]:
+    """``repeat`` opens + appends of each case (``(path, partition)``, each after a clean close),
+    taken round robin so that a change of the machine's load hits every case alike; the last
+    round reads too.  Per case: the median open + append time, the last run's read and
+    descriptors."""
+    runs: list[list[dict[str, Any]]] = [[] for _ in cases]
+    for r in range(repeat):
+        for out, (path, partition) in zip(runs, cases, strict=True):
+            out.append(measure(path, partition, read=r == repeat - 1))
+    results = []
+    for out in runs:
+        times = [r["open_append_s"] for r in out]
+        results.append({**out[-1], "open_append_s": statistics.median(times), "open_append_runs_s": times})
+    return results
 
 
 def main() -> None:
@@ -120,13 +126,16 @@ def main() -> None:
         ("partitions", partitions, build_partitions),
         ("segments", segments, build_segments),
     ):
-        for n in sizes:
-            path = tempfile.mkdtemp(prefix="pylog-scale-")
-            try:
-                peak = build(path, n)
-                r = measure_repeated(path, n - 1 if kind == "partitions" else 0, max(1, args.repeat))
-            finally:
+        paths = [tempfile.mkdtemp(prefix="pylog-scale-") for _ in sizes]
+        try:
+            peaks = [build(path, n) for path, n in zip(paths, sizes, strict=True)]
+            last = [n - 1 if kind == "partitions" else 0 for n in sizes]  # the partition appended to
+            cases = list(zip(paths, last, strict=True))
+            measured = measure_round_robin(cases, max(1, args.repeat))
+        finally:
+            for path in paths:
                 shutil.rmtree(path, ignore_errors=True)
+        for n, peak, r in zip(sizes, peaks, measured, strict=True):
             r["build_peak_fds"] = peak
             results[f"{n}_{kind}"] = r
             print(
