@@ -1,6 +1,7 @@
 """Object-store commit scaling: does a commit cost what it changes, whatever the root's history?
 
     python bench/object_store_commits.py [--quick] [--partitions N] [--commits N] [--every-partition]
+                                         [--rows FILE]
     python bench/object_store_commits.py --writers SECONDS
 
 The server is moto's S3 server on 127.0.0.1, started here (no network, no credentials).
@@ -16,7 +17,11 @@ checkpoints), and the LIST requests per commit; and the objects under the root a
 ``--every-partition``: issue #30's workload instead: each commit appends 4 records to *every*
 partition (one ``Root.append`` with an explicit partition per record), no maintenance in
 between, so segment objects accumulate (a partition's active segment is sealed past 4 KiB);
-reported per window (commits 11-30 and the last 30): the same figures, plus the objects.
+reported per window (commits 20-50 and the last 30): the same figures, the median commit of
+each hundred commits, and the objects (by default 1,000 commits at 256 partitions; progress on
+stderr every hundred commits).
+
+``--rows FILE``: also write every commit's figures to FILE (JSON), updated as the run goes.
 
 ``--writers SECONDS``: two writers append to two different topics of one root at full speed;
 reported: commits of each, commits re-based on the other's (cheap), operations run again after
@@ -31,6 +36,7 @@ import argparse
 import json
 import logging
 import statistics
+import sys
 import threading
 import time
 import uuid
@@ -162,7 +168,9 @@ def run_commits(opts: dict[str, str], partitions: int, commits: int) -> dict[str
     }
 
 
-def run_every_partition(opts: dict[str, str], partitions: int, commits: int) -> dict[str, Any]:
+def run_every_partition(
+    opts: dict[str, str], partitions: int, commits: int, rows_file: str | None = None
+) -> dict[str, Any]:
     """Issue #30: 4 records to every partition per commit, no maintenance in between."""
     url = f"s3://{BUCKET}/{uuid.uuid4().hex[:12]}"
     root = pylog.open(url, opts)
@@ -193,9 +201,20 @@ def run_every_partition(opts: dict[str, str], partitions: int, commits: int) -> 
         )
         if (i + 1) % 100 == 0 or i + 1 == commits:
             objects[i + 1] = object_count(url, opts)
+            recent = statistics.median(r["commit_ms"] for r in rows[-100:])
+            print(f"{i + 1} commits: median of the last 100 {recent:.1f} ms", file=sys.stderr, flush=True)
+            if rows_file:
+                with open(rows_file, "w") as f:
+                    json.dump(rows, f)
     root.close()
-    early = window(rows, 10, 30)
+    early = window(rows, 20, 50)
     late = window(rows, commits - 30, commits)
+    hundreds = {
+        f"{lo + 1}-{min(lo + 100, commits)}": round(
+            statistics.median(r["commit_ms"] for r in rows[lo : lo + 100]), 1
+        )
+        for lo in range(0, commits, 100)
+    }
     with pylog.open(url, opts, read_only=True) as r:
         total = r.read_table("t").num_rows
     assert total == 4 * partitions * commits, total
@@ -207,6 +226,7 @@ def run_every_partition(opts: dict[str, str], partitions: int, commits: int) -> 
         "late": late,
         "latency_ratio": round(late["median_commit_ms"] / early["median_commit_ms"], 3),
         "bytes_ratio": round(late["mean_bytes"] / max(1, early["mean_bytes"]), 3),
+        "median_commit_ms_per_hundred": hundreds,
         "objects": objects,
     }
 
@@ -262,6 +282,7 @@ def main() -> None:
         action="store_true",
         help="issue #30: 4 records to every partition per commit, no maintenance",
     )
+    ap.add_argument("--rows", help="--every-partition: write every commit's figures to this JSON file")
     ap.add_argument(
         "--writers", type=float, default=0.0, help="run the two-writer test for this many seconds"
     )
@@ -280,8 +301,9 @@ def main() -> None:
         else:
             partitions, commits = (64, 200) if args.quick else (args.partitions, args.commits)
             if args.every_partition:
-                res = run_every_partition(opts, partitions, commits)
+                res = run_every_partition(opts, partitions, commits, args.rows)
                 print(f"{partitions} partitions, {commits} commits of 4 records to every partition")
+                print(f"median commit per hundred commits (ms): {res['median_commit_ms_per_hundred']}")
             else:
                 res = run_commits(opts, partitions, commits)
                 print(f"{partitions} partitions, {commits} commits of 8 records (+ maintenance)")

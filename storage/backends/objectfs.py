@@ -449,7 +449,17 @@ class ObjectStorage(Storage):
             return DirectAppend(self._direct, path)
         self._check_writable(path)
         with self._lock:
-            return VirtualAppend(self._tree, path, self._local(path, keep=True))
+            return VirtualAppend(self._tree, path, self._local(path, keep=True), self._reopen)
+
+    def _reopen(self, path: str) -> Entry:
+        """The working-copy entry of ``path`` for an append handle opened before the working
+        copy was last replaced (by a commit: the writer's logs stay open across its commits)."""
+        with self._lock:
+            if path not in self._tree.files:
+                raise FileNotFoundError(
+                    errno.ENOENT, "removed or renamed while open for appending (reopen the log)", path
+                )
+            return self._local(path, keep=True)
 
     def write_atomic(self, path: str, data: bytes) -> None:
         path = self.check_relative(path)

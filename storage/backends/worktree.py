@@ -15,6 +15,7 @@ The tree does no locking and no I/O: its owner,
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pylog.storage.backends.dirindex import DirIndex
@@ -34,33 +35,49 @@ class Entry:
 
 
 class VirtualAppend(AppendFile):
-    def __init__(self, tree: WorkingTree, path: str, entry: Entry):
+    """A file of the working copy opened for appending.  It stays usable across commits (a
+    writer keeps its logs open): the first write after the working copy was replaced copies the
+    file, as the new state holds it, into the new working copy (``reopen``)."""
+
+    def __init__(self, tree: WorkingTree, path: str, entry: Entry, reopen: Callable[[str], Entry]):
         self._tree = tree
         self._path = path
         self._entry = entry
+        self._reopen = reopen
+        self._generation = tree.generation
         self._closed = False
 
-    def write(self, data: bytes | bytearray | memoryview) -> int:
+    def _current(self) -> Entry:
         if self._closed:
             raise StorageError(f"{self._tree.where}/{self._path}: write to a closed file")
-        buf = self._entry.data
+        if self._generation != self._tree.generation:
+            self._entry = self._reopen(self._path)
+            self._generation = self._tree.generation
+        return self._entry
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        entry = self._current()
+        buf = entry.data
         assert isinstance(buf, bytearray)
         buf += data
-        self._entry.size = len(buf)
+        entry.size = len(buf)
         self._tree.dirty = True
         return len(data)
 
     def size(self) -> int:
+        if self._generation != self._tree.generation:
+            return self._tree.entry(self._path).size
         return self._entry.size
 
     def fsync(self) -> None:  # durability comes with the commit
         return None
 
     def truncate(self, size: int) -> None:
-        buf = self._entry.data
+        entry = self._current()
+        buf = entry.data
         assert isinstance(buf, bytearray)
         del buf[size:]
-        self._entry.size = len(buf)
+        entry.size = len(buf)
         self._tree.dirty = True
 
     def close(self) -> None:
@@ -76,6 +93,7 @@ class WorkingTree:
         self.touched: set[str] = set()  # paths added, changed or removed since the snapshot
         self.dirs: set[str] = set()
         self.dirty = False
+        self.generation = 0  # counts resets: append handles of an older working copy reopen
         self._index: DirIndex | None = None  # the names per directory (lazy: names)
 
     def reset(self, base: dict[str, Ref], dirs: set[str]) -> None:
@@ -88,6 +106,7 @@ class WorkingTree:
         self.touched = set()
         self.dirs = dirs
         self.dirty = False
+        self.generation += 1
 
     def changed(self, base: dict[str, Ref], dirs: set[str]) -> bool:
         """Whether the working tree differs from the manifest's (``base``, ``dirs``): rewriting a

@@ -8,6 +8,15 @@ working tree, the logs it wrote are sealed once larger than ``INLINE_MAX`` (an o
 appended to; a small active segment stays inline in the state), and one commit publishes
 everything.  A commit that loses the race to another writer of the same partitions loads the
 newest state and runs the operation again; an operation that raises publishes nothing.
+
+A writer keeps its logs open across its own commits: a commit settles them as closing them
+would (flushed, the active segment's last time-index entry written, segments waiting for
+deletion deleted) but leaves their files open (an append handle of an object store outlives a
+commit), and the state it publishes is the one those logs already describe, so the next
+operation opens nothing and a commit costs the same however many segments the logs hold.
+Whenever the root takes a state it did not write itself - a commit re-based on another
+writer's, a lost race, a failed operation, :meth:`Transactions.refresh`, or a snapshot its
+storage moved to meanwhile - the logs are dropped and reopened from that state when next needed.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pylog.storage.backends.manifest import INLINE_MAX
 from pylog.storage.backends.objectfs import ObjectStorage
 from pylog.storage.errors import CommitConflictError, PylogError
+from pylog.storage.partition import checkpoint as ckpt
 from pylog.storage.root import publish as pub
 from pylog.storage.root.metadata import TopicMetadata
 from pylog.storage.root.writer import mark_clean_shutdown, read_start_offsets
@@ -36,6 +46,16 @@ COMMIT_ATTEMPTS = 50
 """How often an operation on an object store is re-run after losing a commit race."""
 
 T = TypeVar("T")
+
+
+def _settle(lg: Log) -> None:
+    """What closing a writer's log writes, its files left open: before a commit."""
+    lg.flush()
+    active = lg.active
+    active.time_index.maybe_append(
+        active.max_timestamp_so_far, active.offset_of_max_timestamp, skip_full_check=True
+    )
+    lg.delete_pending(force=True)
 
 
 def mutation(fn: Callable[..., T]) -> Callable[..., T]:
@@ -62,6 +82,7 @@ class Transactions:
     _start_offsets: dict[tuple[str, int], int]
     _meta: TopicMetadata
     _state: pub.PublishState
+    _kept_snapshot: object | None = None  # the state this root's open logs describe (object stores)
 
     def checkpoint(self) -> None:  # pragma: no cover - Root's
         raise NotImplementedError
@@ -82,6 +103,14 @@ class Transactions:
         st = self.storage
         if not isinstance(st, ObjectStorage) or self._txn_depth:
             return fn()
+        if (
+            self._writer is not None
+            and self._kept_snapshot is not None
+            and st.snapshot is not self._kept_snapshot
+        ):
+            # the storage moved to another state since this root's last commit (a reader's
+            # refresh of it): the logs kept open describe the old one
+            self._end_transaction(st, refresh=False)
         for attempt in range(COMMIT_ATTEMPTS):
             self._txn_depth += 1
             st.begin()
@@ -104,20 +133,42 @@ class Transactions:
         )
 
     def _commit_transaction(self, st: ObjectStorage) -> None:
-        if self._writer is not None:
+        writing = self._writer is not None
+        if writing:
             for lg in self._logs.values():
                 if not lg.read_only and lg._failed is None and lg.active.size > INLINE_MAX:
                     # objects are never appended to: seal what will be uploaded (a smaller
                     # active segment stays inline in the state; the next commit extends it)
                     lg.roll()
             for lg in self._logs.values():
-                lg.close()
+                if not lg.read_only and lg._failed is None:
+                    _settle(lg)
             self.checkpoint()
             mark_clean_shutdown(self.storage)
-        self._logs.clear()
-        if st.commit():
+        base = st.number
+        committed = st.commit()
+        if committed:
             self.commits += 1
-        self._reload()
+        own = not committed or st.number == base + 1  # else re-based on other writers' commits
+        if writing and own and all(not lg.read_only and lg._failed is None for lg in self._logs.values()):
+            self._keep_writing(st)
+        else:
+            for lg in self._logs.values():
+                for seg in lg.segments:
+                    seg.close_files()
+            self._logs.clear()
+            self._reload()
+
+    def _keep_writing(self, st: ObjectStorage) -> None:
+        """After this root's own commit: the published state is the one its logs describe.  The
+        logs and the writer stay; what a new writer would read from that state is read here."""
+        self._failed = None
+        self._had_clean_shutdown = True  # the commit wrote the clean-shutdown marker
+        self._recovery_points = ckpt.read_offsets(self.storage, ckpt.RECOVERY_POINT)
+        self._start_offsets = read_start_offsets(self.storage)
+        self._meta = TopicMetadata.load(self.storage)
+        self._state = pub.read_state(self.storage)
+        self._kept_snapshot = st.snapshot
 
     def _end_transaction(self, st: ObjectStorage, *, refresh: bool) -> None:
         """Drop what the transaction changed (and maybe load the newest state)."""
@@ -137,6 +188,7 @@ class Transactions:
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+        self._kept_snapshot = None
         self._failed = None
         self._had_clean_shutdown = False
         self._recovery_points = {}

@@ -108,21 +108,22 @@ class Crash(BaseException):
 
 
 def test_a_commit_that_dies_before_its_commit_object_leaves_the_staged_objects_unowned(
-    s3_backend: Backend, monkeypatch: pytest.MonkeyPatch
+    s3_backend: Backend,
 ) -> None:
     with s3_backend.open() as root:
         root.create_topic("t", 1, CONFIG)
         staged = [stage(root, 0, 0, 300)]
 
-    def step(self: ObjectStorage, name: str) -> None:
+    def step(name: str) -> None:
         if name == "uploaded":
             raise Crash(name)
 
     with s3_backend.open() as root:
-        monkeypatch.setattr(ObjectStorage, "_step", step)
+        assert isinstance(root.storage, ObjectStorage)
+        root.storage.faults.hook = step
         with pytest.raises(Crash):
             root.publish("q1", 0, staged)
-        monkeypatch.undo()
+        root.storage.faults.hook = None
     with s3_backend.open() as root:
         assert root.read_table("t").num_rows == 0  # nothing visible
         names = root.storage.listdir_staged("t-0")

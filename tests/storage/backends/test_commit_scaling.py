@@ -1,9 +1,8 @@
 """A commit on an object store costs what it changes, whatever the root's history.
 
 Appends of 4 records to every partition, no maintenance in between (segment objects pile up):
-the requests and the bytes of a commit are counted, not timed, early and late in the run.  What
-still grows (every transaction reopens the logs it touches, and opening one costs a step per
-segment) is pinned by a strict xfail, to be turned into a plain test when it is fixed."""
+the requests, the bytes of a commit and the segments it opens are counted, not timed, early and
+late in the run."""
 
 from __future__ import annotations
 
@@ -106,11 +105,6 @@ def test_requests_and_commit_bytes_do_not_grow_with_the_history(rows: list[dict[
     assert late_bytes <= 1.1 * early_bytes, (early_bytes, late_bytes)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue #30: every transaction reopens the logs it touches (Root._logs is cleared at each "
-    "commit), and opening a log builds a LogSegment per segment: O(segments) per commit",
-)
 def test_segments_opened_per_commit_do_not_grow(rows: list[dict[str, Any]]) -> None:
     early = _median(rows, EARLY, lambda r: r["segments_opened"])
     late = _median(rows, LATE, lambda r: r["segments_opened"])

@@ -272,8 +272,10 @@ def test_segments_of_small_max_or_more_are_not_merged(
 
 
 def test_superseded_objects_are_deleted_after_the_delay(s3_backend: Backend) -> None:
+    # kept while the delay has not passed (a delay no run outlasts, however slow the machine),
+    # deleted by the first commit once it has (a short delay)
+    backend = with_options(s3_backend, **{"pylog.file_delete_delay_ms": "600000"})
     delay_ms = 1500
-    backend = with_options(s3_backend, **{"pylog.file_delete_delay_ms": str(delay_ms)})
     root = backend.open()
     root.create_topic("t")
     for i in range(8):  # each larger than what stays inline in the state: a segment object each
@@ -296,7 +298,9 @@ def test_superseded_objects_are_deleted_after_the_delay(s3_backend: Backend) -> 
     cold_cache()
     assert everything(reader).equals(data)  # a reader of the old manifest finishes its work
 
+    root.close()
     time.sleep(max(0.0, delay_ms / 1000 + 0.2 - (time.monotonic() - merged_at)))
+    root = with_options(s3_backend, **{"pylog.file_delete_delay_ms": str(delay_ms)}).open()
     root.append("t", [b"late"], partition=0)  # the next commit deletes what is due
     present = set(keys(backend))
     assert not (small & present) and not (old_commits & present)
