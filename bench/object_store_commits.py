@@ -48,8 +48,8 @@ from object_store import BUCKET, filesystem
 from object_store import start_server as start_moto
 
 import pylog
-from pylog.storage.backends.objectfs import ObjectStorage
-from pylog.storage.backends.objectstore import ObjectStore
+from pylog.storage.backends.objectstore.client import ObjectClient
+from pylog.storage.backends.objectstore.storage import ObjectStorage
 from pylog.storage.maintenance.runner import maintain
 from pylog.storage.root.manager import Root
 
@@ -58,27 +58,27 @@ _BYTES = threading.local()
 
 def _count_bytes() -> None:
     """Count the body bytes of every PUT and create (per thread)."""
-    put, put_many, create = ObjectStore.put, ObjectStore.put_many, ObjectStore._create_once
+    put, put_many, create = ObjectClient.put, ObjectClient.put_many, ObjectClient._create_once
 
     def add(n: int) -> None:
         _BYTES.n = getattr(_BYTES, "n", 0) + n
 
-    def put_counted(self: ObjectStore, key: str, data: bytes) -> None:
+    def put_counted(self: ObjectClient, key: str, data: bytes) -> None:
         add(len(data))
         put(self, key, data)
 
-    def put_many_counted(self: ObjectStore, items: Any) -> None:
+    def put_many_counted(self: ObjectClient, items: Any) -> None:
         items = list(items)
         add(sum(len(v) for _, v in items))
         put_many(self, items)
 
-    def create_counted(self: ObjectStore, key: str, data: bytes) -> None:
+    def create_counted(self: ObjectClient, key: str, data: bytes) -> None:
         add(len(data))
         create(self, key, data)
 
-    ObjectStore.put = put_counted  # type: ignore[method-assign]
-    ObjectStore.put_many = put_many_counted  # type: ignore[method-assign]
-    ObjectStore._create_once = create_counted  # type: ignore[method-assign]
+    ObjectClient.put = put_counted  # type: ignore[method-assign]
+    ObjectClient.put_many = put_many_counted  # type: ignore[method-assign]
+    ObjectClient._create_once = create_counted  # type: ignore[method-assign]
 
 
 def written() -> int:
@@ -94,7 +94,7 @@ def start_server() -> tuple[Any, dict[str, str]]:
 
 def object_count(url: str, opts: dict[str, str]) -> dict[str, int]:
     """Objects under the root: metadata (commits, checkpoints, hint) and data (segments, indexes)."""
-    keys = ObjectStore(url, opts).list("")
+    keys = ObjectClient(url, opts).list("")
     meta = sum(1 for k in keys if k.startswith("_pylog/"))
     return {"metadata": meta, "data": len(keys) - meta}
 

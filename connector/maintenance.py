@@ -15,7 +15,7 @@ Beside running writers (a streaming sink, appends):
 
 - on an object store each task's work is one commit that touches only its partition's files;
   a commit that races with a writer of other partitions is re-based on it (see the commit log of
-  :mod:`pylog.storage.backends.commitlog`), one that races with an append to the same partition
+  :mod:`pylog.storage.backends.objectstore.commitlog`), one that races with an append to the same partition
   runs again on the newest state: appends are never lost or duplicated, offsets and values
   never change, readers of older states finish;
 - on local disk a task reads and rewrites its partition without the root's writer lock and

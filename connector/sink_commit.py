@@ -15,7 +15,7 @@ from typing import Any
 
 from pylog.connector.sink_options import SinkOptions, TopicMeta, open_sink_root
 from pylog.storage import faults
-from pylog.storage.backends.objectfs import ObjectStorage
+from pylog.storage.backends.objectstore.storage import ObjectStorage
 from pylog.storage.errors import ConfigError, StorageError
 from pylog.storage.maintenance import merge
 from pylog.storage.maintenance import runner as maintenance

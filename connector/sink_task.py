@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from pyspark import TaskContext
 
 from pylog.connector.sink_options import PylogCommitMessage, SinkOptions, TopicMeta, open_sink_root
-from pylog.storage.backends.fs import Storage
+from pylog.storage.backends.base import Storage
 from pylog.storage.codec import records
 from pylog.storage.codec.columns import timestamps_ms
 from pylog.storage.config import LogConfig

@@ -7,7 +7,7 @@
 A generated block sits between ``<!-- reference:NAME -->`` and ``<!-- /reference:NAME -->``.
 The tables come from the declarations of ``pylog.connector.optionspec`` (``SOURCE_OPTIONS``,
 ``SINK_OPTIONS``: the source's and sink's options, their defaults and values),
-``pylog.storage.backends.objectstore.PYLOG_OPTIONS`` (pylog's own storage options of object-store
+``pylog.storage.backends.objectstore.client.PYLOG_OPTIONS`` (pylog's own storage options of object-store
 roots), ``LogConfig`` (topic configs, defaults and
 broker synonyms), ``CleanerConfig`` (the cleaner settings, and which of them have no effect) and
 ``pylog.cli.COMMANDS`` (the CLI).  Defaults are written here once, as
@@ -28,7 +28,7 @@ from pylog.cli import COMMANDS
 from pylog.connector.options import DEFAULT_GROUP_ID_PREFIX, parse_options
 from pylog.connector.optionspec import SINK_OPTIONS, SOURCE_OPTIONS, SPECIFIC, Option
 from pylog.connector.sink_options import parse_sink_options
-from pylog.storage.backends.objectstore import PYLOG_OPTIONS, ObjectStore
+from pylog.storage.backends.objectstore.client import PYLOG_OPTIONS, ObjectClient
 from pylog.storage.codec import records
 from pylog.storage.config import CleanerConfig, LogConfig
 
@@ -121,7 +121,7 @@ def sink_options() -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# pylog's own storage options (checked against PYLOG_OPTIONS and what ObjectStore makes of none)
+# pylog's own storage options (checked against PYLOG_OPTIONS and what ObjectClient makes of none)
 
 STORAGE_DOCS: dict[str, tuple[str, str]] = {
     "pylog.retry_timeout_s": (
@@ -147,7 +147,7 @@ def _check_storage_defaults() -> None:
             f"docs/reference.py: STORAGE_DOCS and objectstore.PYLOG_OPTIONS differ on "
             f"{sorted(set(STORAGE_DOCS) ^ set(PYLOG_OPTIONS))}"
         )
-    store = ObjectStore("memory://pylog-reference")  # no I/O: the parsed defaults only
+    store = ObjectClient("memory://pylog-reference")  # no I/O: the parsed defaults only
     facts = {
         "pylog.retry_timeout_s": store.retry_timeout_s == 60.0,
         "pylog.file_delete_delay_ms": store.file_delete_delay_ms == 60_000,
@@ -155,7 +155,7 @@ def _check_storage_defaults() -> None:
     }
     wrong = [name for name, ok in facts.items() if not ok]
     if wrong:
-        raise SystemExit(f"docs/reference.py: the documented defaults of {wrong} are not ObjectStore's")
+        raise SystemExit(f"docs/reference.py: the documented defaults of {wrong} are not ObjectClient's")
 
 
 def storage_options() -> str:

@@ -30,8 +30,8 @@ from typing import Any
 import pyarrow as pa
 
 import pylog
-from pylog.storage.backends.objectstore import is_object_url, redact, split_options
-from pylog.storage.backends.snapshot import CHECKPOINTS, LOG
+from pylog.storage.backends.objectstore.client import is_object_url, redact, split_options
+from pylog.storage.backends.objectstore.snapshot import CHECKPOINTS, LOG
 from pylog.storage.maintenance.runner import maintain
 
 

@@ -14,7 +14,7 @@ each object that changes storage holds a :class:`Faults` of its own:
   (``log-start-advanced``, ...), the links of staged segments (``link-patched``, ...);
 - ``ObjectStorage.faults``: a manifest commit on an object store (``before-upload``,
   ``uploaded``, ``creating``, ``manifest-created``, ``conflict``, ``committed``, ...), and
-  ``ObjectStore.faults``: a conditional create (``created``).
+  ``ObjectClient.faults``: a conditional create (``created``).
 
 It is off unless a test turns it on: without a hook a step costs two attribute reads.  A test
 sets :attr:`Faults.hook` to a callable that takes the step name and raises, stalls, records or

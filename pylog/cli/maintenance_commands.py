@@ -20,7 +20,7 @@ from typing import Any
 
 from pylog.cli.progress import BytesProgress
 from pylog.cli.registry import Runner, add_root_argument, command, fail, open_args_root
-from pylog.storage.backends.objectstore import is_object_url
+from pylog.storage.backends.objectstore.client import is_object_url
 from pylog.storage.config import CleanerConfig
 from pylog.storage.errors import ConfigError, PylogError
 from pylog.storage.maintenance.cleaner import Cleaner

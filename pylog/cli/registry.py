@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pylog.storage.backends.objectstore import PYLOG_OPTIONS, is_object_url
+from pylog.storage.backends.objectstore.client import PYLOG_OPTIONS, is_object_url
 from pylog.storage.errors import ConfigError, PylogError, StorageError
 from pylog.storage.root.manager import Root
 from pylog.storage.root.metadata import partition_count_problem

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from pylog.storage.backends.fs import AppendFile, Storage, naming_errors
+from pylog.storage.backends.base import AppendFile, Storage, naming_errors
 from pylog.storage.errors import (
     LogLockedError,
     NoRootError,

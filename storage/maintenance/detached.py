@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from pylog.storage.backends.fs import join
+from pylog.storage.backends.base import join
 from pylog.storage.config import CleanerConfig
 from pylog.storage.errors import CommitConflictError, CorruptRecordError, PylogError, StorageError
 from pylog.storage.maintenance.cleaner import Cleaner, CleanResult, log_to_clean

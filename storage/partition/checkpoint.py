@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from pylog.storage.backends.fs import Storage
+from pylog.storage.backends.base import Storage
 from pylog.storage.config import INT32_MAX, INT64_MAX, INT64_MIN, validate_topic_name
 from pylog.storage.errors import ConfigError, CorruptCheckpointError, InvalidOffsetError, StorageError
 

@@ -38,7 +38,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from pylog.storage.backends.fs import Storage
+from pylog.storage.backends.base import Storage
 from pylog.storage.codec import batch as B
 from pylog.storage.codec import records
 from pylog.storage.config import LogConfig

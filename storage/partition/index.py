@@ -45,7 +45,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from pylog.storage.backends.fs import AppendFile, Storage
+from pylog.storage.backends.base import AppendFile, Storage
 from pylog.storage.errors import CorruptIndexError, IndexFullError, InvalidOffsetError
 
 log = logging.getLogger("pylog.storage")

@@ -30,7 +30,7 @@ import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from pylog.storage.backends.fs import Storage, join
+from pylog.storage.backends.base import Storage, join
 from pylog.storage.codec import batch as B
 from pylog.storage.config import LogConfig
 from pylog.storage.errors import CorruptCheckpointError, CorruptRecordError, DamagedLogError, StorageError

@@ -25,7 +25,7 @@ import errno
 import re
 import time
 
-from pylog.storage.backends.fs import Storage
+from pylog.storage.backends.base import Storage
 from pylog.storage.config import LogConfig
 from pylog.storage.errors import PylogError, StorageError, StorageIOError
 from pylog.storage.partition.segment import LogSegment

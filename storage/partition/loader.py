@@ -44,7 +44,7 @@ from collections.abc import MutableSequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pylog.storage.backends.fs import Storage, join
+from pylog.storage.backends.base import Storage, join
 from pylog.storage.config import LogConfig
 from pylog.storage.errors import StorageError, os_error_fix, os_error_reason
 from pylog.storage.partition import layout, segment_checks

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from pylog.storage.backends.fs import Storage
+from pylog.storage.backends.base import Storage
 from pylog.storage.codec import batch as B
 from pylog.storage.codec import records
 from pylog.storage.codec.columns import record_timestamps_ms, to_binary_array

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pylog.storage.backends.fs import AppendFile, Storage, join
+from pylog.storage.backends.base import AppendFile, Storage, join
 from pylog.storage.codec import batch as B
 from pylog.storage.config import LogConfig
 from pylog.storage.errors import (

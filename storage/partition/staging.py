@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pylog.storage.backends import overlay
-from pylog.storage.backends.fs import Storage, join
+from pylog.storage.backends.base import Storage, join
+from pylog.storage.backends.objectstore import overlay
 from pylog.storage.codec import batch as B
 from pylog.storage.config import LogConfig
 from pylog.storage.errors import CorruptRecordError, InvalidOffsetError, RecordTooLargeError
@@ -56,7 +56,7 @@ class StagedSegment:
 
     A segment staged as objects (object stores, see :func:`adopt`) also carries the sizes of
     its files (``files``: kind -> bytes) and where its batches start with their relative base
-    offsets (``batches``, in the patch layout of :mod:`pylog.storage.backends.overlay`), so
+    offsets (``batches``, in the patch layout of :mod:`pylog.storage.backends.objectstore.overlay`), so
     that a commit adopts it without reading it."""
 
     base: int
@@ -194,7 +194,7 @@ class StagingLog:
 
     def batches(self, base: int) -> bytes:
         """Positions and relative base offsets of the batches of staged segment ``base``, in
-        the patch layout of :mod:`pylog.storage.backends.overlay`."""
+        the patch layout of :mod:`pylog.storage.backends.objectstore.overlay`."""
         parts = self._batches.get(base, [])
         if not parts:
             return b""

@@ -25,7 +25,7 @@ import logging
 from collections.abc import Mapping
 from urllib.parse import quote, unquote
 
-from pylog.storage.backends.fs import Storage
+from pylog.storage.backends.base import Storage
 from pylog.storage.errors import PylogError
 from pylog.storage.partition import checkpoint as ckpt
 from pylog.storage.partition.checkpoint import TopicPartition

@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from pylog.storage.backends.fs import Storage, join
-from pylog.storage.backends.objectfs import ObjectStorage
+from pylog.storage.backends.base import Storage, join
+from pylog.storage.backends.objectstore.storage import ObjectStorage
 from pylog.storage.config import LogConfig, validate_topic_name
 from pylog.storage.errors import ConfigError, DamagedLogError, PylogError, ReadOnlyError, TopicExistsError
 from pylog.storage.faults import Faults

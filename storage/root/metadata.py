@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from pylog.storage.backends.fs import Storage
+from pylog.storage.backends.base import Storage
 from pylog.storage.config import LogConfig
 from pylog.storage.errors import ConfigError, CorruptMetadataError, StorageIOError, UnknownTopicError
 

@@ -1,7 +1,7 @@
 """Opening a pylog root from a local path or an fsspec URL (behind :func:`pylog.open`).
 
 :func:`open_root` picks the storage of the root (local disk, or an object store through
-:class:`~pylog.storage.backends.objectfs.ObjectStorage`) and opens a
+:class:`~pylog.storage.backends.objectstore.storage.ObjectStorage`) and opens a
 :class:`~pylog.storage.root.manager.Root` on it; :func:`open_staging` opens only the storage a
 writer's tasks stage into.
 """
@@ -12,10 +12,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from pylog.storage.backends.fs import Storage
+from pylog.storage.backends.base import Storage
 from pylog.storage.backends.local import LocalStorage
-from pylog.storage.backends.objectfs import ObjectStorage
-from pylog.storage.backends.objectstore import is_object_url
+from pylog.storage.backends.objectstore.client import is_object_url
+from pylog.storage.backends.objectstore.storage import ObjectStorage
 from pylog.storage.errors import ConfigError
 from pylog.storage.root.manager import Root
 from pylog.storage.root.rebase import MERGERS

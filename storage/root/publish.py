@@ -51,7 +51,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from pylog.storage.backends.fs import STAGE_PREFIX, Storage
+from pylog.storage.backends.base import STAGE_PREFIX, Storage
 from pylog.storage.errors import CorruptMetadataError, PylogError
 from pylog.storage.partition import staging
 from pylog.storage.partition.log import AppendInfo, Log

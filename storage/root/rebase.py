@@ -2,7 +2,7 @@
 
 When two writers commit at once to one root on an object store, the loser re-bases its change on
 the winner's if the two touched different files (see
-:mod:`pylog.storage.backends.commitlog`).  Every commit also rewrites a few files at the root
+:mod:`pylog.storage.backends.objectstore.commitlog`).  Every commit also rewrites a few files at the root
 that hold one entry per topic-partition or per query; they are merged entry by entry here: an
 entry the loser changed wins over the base, an entry only the winner changed is taken from it,
 and an entry both changed differently is a real conflict (the operation then runs again).

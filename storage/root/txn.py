@@ -1,9 +1,11 @@
-"""Transactions of a root on an object store (the ``Root`` side of :mod:`objectfs`).
+"""Transactions of a root on an object store (the ``Root`` side of
+:mod:`~pylog.storage.backends.objectstore.storage`).
 
 On local disk a change of a root is made durable step by step with Kafka's mechanisms, and
 :meth:`Transactions.transaction` just runs the function.  On an object store every public
 operation that changes the root (``create_topic``, ``append``, ``publish``, maintenance...) runs
-as one transaction: its file changes collect in :class:`~pylog.storage.backends.objectfs.ObjectStorage`'s
+as one transaction: its file changes collect in
+:class:`~pylog.storage.backends.objectstore.storage.ObjectStorage`'s
 working tree, the logs it wrote are sealed once larger than ``INLINE_MAX`` (an object is never
 appended to; a small active segment stays inline in the state), and one commit publishes
 everything.  A commit that loses the race to another writer of the same partitions loads the
@@ -28,8 +30,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pylog.storage.backends.manifest import INLINE_MAX
-from pylog.storage.backends.objectfs import ObjectStorage
+from pylog.storage.backends.objectstore.manifest import INLINE_MAX
+from pylog.storage.backends.objectstore.storage import ObjectStorage
 from pylog.storage.errors import CommitConflictError, PylogError
 from pylog.storage.partition import checkpoint as ckpt
 from pylog.storage.root import publish as pub
@@ -37,7 +39,7 @@ from pylog.storage.root.metadata import TopicMetadata
 from pylog.storage.root.writer import mark_clean_shutdown, read_start_offsets
 
 if TYPE_CHECKING:
-    from pylog.storage.backends.fs import Storage
+    from pylog.storage.backends.base import Storage
     from pylog.storage.partition.log import Log
 
 log = logging.getLogger("pylog.storage")

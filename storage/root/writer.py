@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pylog.storage.backends.fs import Storage
+from pylog.storage.backends.base import Storage
 from pylog.storage.codec import batch as B
 from pylog.storage.config import LogConfig
 from pylog.storage.errors import (

@@ -85,7 +85,7 @@ def test_a_task_killed_mid_pass_leaves_the_previous_state_and_its_retry_applies_
     backend: Backend, monkeypatch: Any
 ) -> None:
     from pylog.storage.backends.local import LocalStorage
-    from pylog.storage.backends.objectfs import ObjectStorage
+    from pylog.storage.backends.objectstore.storage import ObjectStorage
 
     with backend.open() as root:
         root.create_topic("c", 3, {"cleanup.policy": "compact", "segment.bytes": "16384"})

@@ -168,16 +168,16 @@ def test_tasks_stage_from_the_drivers_metadata_without_reading_the_root(
     to its tasks: a task opens no root and, on an object store, sends no request but its
     uploads (none when the staging travels in the commit message).  A topic created since
     the planning is looked up in the root, once."""
-    from pylog.storage.backends.objectstore import ObjectStore
+    from pylog.storage.backends.objectstore.client import ObjectClient
 
     o = opts(backend, partitions="3", **{"cleanup.policy": "compact"})
     meta = sink.prepare_topics(o)
     assert set(meta) == {"t"} and meta["t"][0] == 3 and meta["t"][1].compact
     reads: list[str] = []
     for name in ("get", "get_many", "list"):
-        real = getattr(ObjectStore, name)
+        real = getattr(ObjectClient, name)
         monkeypatch.setattr(
-            ObjectStore, name, lambda self, *a, _n=name, _r=real, **k: reads.append(_n) or _r(self, *a, **k)
+            ObjectClient, name, lambda self, *a, _n=name, _r=real, **k: reads.append(_n) or _r(self, *a, **k)
         )
     opened: list[bool] = []
     real_open = sink_task.open_sink_root
@@ -261,8 +261,8 @@ def test_the_planning_finds_a_topic_created_by_another_process_since_its_known_s
     topic missing there is looked up in the store before the write is refused."""
     import time
 
-    from pylog.storage.backends import commitlog
-    from pylog.storage.backends.objectfs import ObjectStorage
+    from pylog.storage.backends.objectstore import commitlog
+    from pylog.storage.backends.objectstore.storage import ObjectStorage
 
     with s3_backend.open() as w:
         w.create_topic("a", 1)

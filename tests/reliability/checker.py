@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from pylog.storage.backends.fs import Storage
+from pylog.storage.backends.base import Storage
 from pylog.storage.root.manager import Root
 
 TP = tuple[str, int]

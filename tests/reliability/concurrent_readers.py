@@ -378,7 +378,7 @@ def campaign(seconds: float, seed: int) -> dict[str, Any]:
     import tempfile
     import uuid
 
-    from pylog.storage.backends import objectstore
+    from pylog.storage.backends.objectstore import client as objectstore
 
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:

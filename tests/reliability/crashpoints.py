@@ -27,9 +27,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from pylog.storage.backends import commitlog
-from pylog.storage.backends.fs import Storage
-from pylog.storage.backends.objectfs import ObjectStorage
+from pylog.storage.backends.base import Storage
+from pylog.storage.backends.objectstore import commitlog
+from pylog.storage.backends.objectstore.storage import ObjectStorage
 from pylog.storage.codec import records
 from pylog.storage.maintenance import retention
 from pylog.storage.maintenance import runner as maintenance

@@ -41,7 +41,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from pylog.storage.backends.fs import AppendFile, Storage
+from pylog.storage.backends.base import AppendFile, Storage
 from pylog.storage.errors import LogLockedError, StorageError
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 import pylog
-from pylog.storage.backends import objectstore
 from pylog.storage.backends.local import LocalStorage
+from pylog.storage.backends.objectstore import client as objectstore
 from pylog.storage.errors import OffsetOutOfRangeError
 from pylog.storage.maintenance.merge import merge_small_segments
 from pylog.storage.maintenance.runner import maintain

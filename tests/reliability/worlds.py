@@ -6,7 +6,7 @@ mutating storage steps, crashes it after the k-th, and gives the next process wh
 * :class:`MemWorld` - a local disk (:class:`MemStorage`): a kill keeps the page cache, a power
   cut keeps only what was fsynced.
 * :class:`ObjectWorld` - an object store (fsspec's in-memory file system behind a real
-  :class:`ObjectStore` and :class:`ObjectStorage`).  A step is one mutating request (a PUT, a
+  :class:`ObjectClient` and :class:`ObjectStorage`).  A step is one mutating request (a PUT, a
   conditional create, the deletion of one key).  A request either landed or did not, and a
   landed one is durable (S3 acknowledges a PUT only once it is stored), so a power cut of the
   writer's machine leaves what a kill leaves: the object store's second kind of crash is instead
@@ -23,16 +23,16 @@ import random
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from pylog.storage.backends.fs import Storage
-from pylog.storage.backends.manifest import (
+from pylog.storage.backends.base import Storage
+from pylog.storage.backends.objectstore.client import ObjectClient
+from pylog.storage.backends.objectstore.manifest import (
     encode_manifest,
     inline_file,
     manifest_key,
     new_manifest,
     object_file,
 )
-from pylog.storage.backends.objectfs import ObjectStorage
-from pylog.storage.backends.objectstore import ObjectStore
+from pylog.storage.backends.objectstore.storage import ObjectStorage
 from pylog.storage.root.rebase import MERGERS
 from tests.reliability.memfs import Crash, MemStorage
 
@@ -92,8 +92,8 @@ class LostReply(ConnectionError):
 _URLS = itertools.count()
 
 
-class CrashingStore(ObjectStore):
-    """An :class:`ObjectStore` whose process dies (or loses one reply) after its k-th mutating
+class CrashingStore(ObjectClient):
+    """An :class:`ObjectClient` whose process dies (or loses one reply) after its k-th mutating
     request has landed."""
 
     def __init__(self, url: str, options: dict[str, Any]) -> None:

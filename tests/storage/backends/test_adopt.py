@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from pylog.storage.backends.objectfs import ObjectStorage
-from pylog.storage.backends.snapshot import LOG, PATCH_VERSION
+from pylog.storage.backends.objectstore.snapshot import LOG, PATCH_VERSION
+from pylog.storage.backends.objectstore.storage import ObjectStorage
 from pylog.storage.maintenance.runner import maintain
 from pylog.storage.root import publish as pub
 from pylog.storage.root.stage import ObjectSegmentStager

@@ -13,9 +13,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from pylog.storage.backends.objectfs import ObjectStorage
-from pylog.storage.backends.objectstore import ObjectStore
-from pylog.storage.backends.snapshot import LOG
+from pylog.storage.backends.objectstore.client import ObjectClient
+from pylog.storage.backends.objectstore.snapshot import LOG
+from pylog.storage.backends.objectstore.storage import ObjectStorage
 from pylog.storage.partition import segment
 from pylog.storage.root.manager import Root
 from tests.conftest import Backend
@@ -46,9 +46,9 @@ def _run(root: Root, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]
     """Per commit: its requests by kind, the bytes of its commit document, the segments opened."""
     commit_bytes: list[int] = []
     segments = [0]
-    create_once = ObjectStore._create_once
+    create_once = ObjectClient._create_once
 
-    def create(self: ObjectStore, key: str, data: bytes) -> Any:
+    def create(self: ObjectClient, key: str, data: bytes) -> Any:
         if key.startswith(LOG):
             commit_bytes.append(len(data))
         return create_once(self, key, data)
@@ -59,7 +59,7 @@ def _run(root: Root, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]
         segments[0] += 1
         init(self, *args, **kwargs)
 
-    monkeypatch.setattr(ObjectStore, "_create_once", create)
+    monkeypatch.setattr(ObjectClient, "_create_once", create)
     monkeypatch.setattr(segment.LogSegment, "__init__", counted_init)
     counts = _storage(root).store.requests.counts
     for i in range(COMMITS):

@@ -1,4 +1,4 @@
-"""The commit log of a root on an object store (storage/backends/commitlog.py, snapshot.py) on
+"""The commit log of a root on an object store (storage/backends/objectstore/commitlog.py, snapshot.py) on
 moto's S3 server: no LIST in the steady state, checkpoints and the hint, bounded objects, format 1
 roots upgraded, newer formats refused, and racing writers re-based instead of re-run."""
 
@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from pylog.storage.backends import commitlog
-from pylog.storage.backends.manifest import (
+from pylog.storage.backends.objectstore import commitlog
+from pylog.storage.backends.objectstore.manifest import (
     INLINE_MAX,
     manifest_key,
     parse_manifest,
 )
-from pylog.storage.backends.objectfs import ObjectStorage
-from pylog.storage.backends.snapshot import CHECKPOINTS, HINT, LOG, Snapshot, commit_key
+from pylog.storage.backends.objectstore.snapshot import CHECKPOINTS, HINT, LOG, Snapshot, commit_key
+from pylog.storage.backends.objectstore.storage import ObjectStorage
 from pylog.storage.errors import CorruptMetadataError, UnsupportedFormatError
 from pylog.storage.root import publish as pub
 from pylog.storage.root.manager import Root

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from pylog.storage.backends.objectfs import ObjectStorage
+from pylog.storage.backends.objectstore.storage import ObjectStorage
 from tests.conftest import Backend
 
 

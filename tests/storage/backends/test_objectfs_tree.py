@@ -10,8 +10,8 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pylog.storage.backends.objectfs import ObjectStorage
-from pylog.storage.backends.objectstore import ObjectStore
+from pylog.storage.backends.objectstore.client import ObjectClient
+from pylog.storage.backends.objectstore.storage import ObjectStorage
 from pylog.storage.errors import StorageError
 
 _ROOTS = itertools.count()
@@ -47,7 +47,7 @@ def _scan(storage: ObjectStorage, path: str) -> list[str]:
 @settings(max_examples=300, deadline=None)
 @given(st.lists(op, max_size=30))
 def test_listing_a_directory_matches_a_scan_of_the_tree(ops: list[tuple[str, ...]]) -> None:
-    storage = ObjectStorage(ObjectStore(f"memory://pylog-tree/{next(_ROOTS)}"))
+    storage = ObjectStorage(ObjectClient(f"memory://pylog-tree/{next(_ROOTS)}"))
     storage.in_transaction = True  # no consumer-offset listing of direct objects at the top
     for o in ops:
         try:

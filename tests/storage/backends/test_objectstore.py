@@ -1,4 +1,4 @@
-"""Object-store specifics (storage/backends/: objectfs, manifest, orphans, objectstore) on moto's S3 server.
+"""Object-store specifics (storage/backends/objectstore/: storage, manifest, orphans, client), on moto.
 
 What a local root has no equivalent of: the commit log (one commit per change, none for a
 no-op; more in test_commitlog.py), reader snapshots, ranged GETs, merging the small segments
@@ -21,16 +21,16 @@ import pytest
 
 import pylog
 from pylog.cli import main
-from pylog.storage.backends import objectstore
-from pylog.storage.backends.commitlog import CHECKPOINT_INTERVAL
-from pylog.storage.backends.manifest import MANIFESTS
-from pylog.storage.backends.objectstore import (
+from pylog.storage.backends.objectstore import client as objectstore
+from pylog.storage.backends.objectstore.client import (
     ConditionalWritesUnsupportedError,
-    ObjectStore,
+    ObjectClient,
     ObjectStoreError,
 )
-from pylog.storage.backends.orphans import SWEEP_MARK
-from pylog.storage.backends.snapshot import LOG, Snapshot, commit_key, commit_number
+from pylog.storage.backends.objectstore.commitlog import CHECKPOINT_INTERVAL
+from pylog.storage.backends.objectstore.manifest import MANIFESTS
+from pylog.storage.backends.objectstore.orphans import SWEEP_MARK
+from pylog.storage.backends.objectstore.snapshot import LOG, Snapshot, commit_key, commit_number
 from pylog.storage.errors import ConfigError, PylogError, StorageError
 from pylog.storage.maintenance.runner import maintain
 from pylog.storage.root.consumers import read_consumer_offsets, write_consumer_offsets
@@ -473,10 +473,10 @@ def test_a_store_ignoring_conditional_creates_is_refused(monkeypatch: pytest.Mon
         with pylog.open(honest, read_only=True) as root:
             assert everything(root).column("value").to_pylist() == [b"a"]
 
-        def create_ignoring_existence(self: ObjectStore, key: str, data: bytes) -> None:
+        def create_ignoring_existence(self: ObjectClient, key: str, data: bytes) -> None:
             self.fs.pipe_file(self.path(key), data)  # overwrites: If-None-Match ignored
 
-        monkeypatch.setattr(ObjectStore, "_create_once", create_ignoring_existence)
+        monkeypatch.setattr(ObjectClient, "_create_once", create_ignoring_existence)
         root = pylog.open(blind)
         with pytest.raises(ConditionalWritesUnsupportedError, match="does not honour conditional creates"):
             root.create_topic("t")

@@ -15,9 +15,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from pylog.storage.backends import commitlog
-from pylog.storage.backends.objectfs import ObjectStorage
-from pylog.storage.backends.snapshot import LOG
+from pylog.storage.backends.objectstore import commitlog
+from pylog.storage.backends.objectstore.snapshot import LOG
+from pylog.storage.backends.objectstore.storage import ObjectStorage
 from pylog.storage.maintenance.runner import maintain
 from pylog.storage.root import publish as pub
 from pylog.storage.root.manager import Root

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pylog.storage.backends import orphans
+from pylog.storage.backends.objectstore import orphans
 from pylog.storage.root.manager import Root
 from tests.conftest import Backend
 from tests.storage.backends.test_objectstore import cold_cache, keys, now_ms

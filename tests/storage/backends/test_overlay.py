@@ -1,4 +1,4 @@
-"""Patches read over immutable objects (storage/backends/overlay.py): any range of a patched
+"""Patches read over immutable objects (storage/backends/objectstore/overlay.py): any range of a patched
 object reads as the same range of the object with the values written in place."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pylog.storage.backends import overlay
+from pylog.storage.backends.objectstore import overlay
 from pylog.storage.errors import StorageError
 
 

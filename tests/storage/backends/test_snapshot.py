@@ -1,4 +1,4 @@
-"""The state documents of the object-store commit log (storage/backends/snapshot.py), without a
+"""The state documents of the object-store commit log (storage/backends/objectstore/snapshot.py), without a
 server: a commit encodes exactly the change between two trees (appends and line patches
 included), checkpoints round-trip and are verified, newer versions are refused."""
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pylog.storage.backends.snapshot import (
+from pylog.storage.backends.objectstore.snapshot import (
     Ref,
     Snapshot,
     apply,

@@ -374,17 +374,17 @@ def test_an_object_store_log_opens_without_reading_sealed_indexes_and_still_refu
 
     import pyarrow as pa
 
-    from pylog.storage.backends.objectfs import ObjectStorage
-    from pylog.storage.backends.objectstore import ObjectStore
+    from pylog.storage.backends.objectstore.client import ObjectClient
+    from pylog.storage.backends.objectstore.storage import ObjectStorage
     from pylog.storage.root.manager import Root
 
     url = f"memory://pylog-loader/{next(itertools.count())}-{id(object())}"
-    root = Root(ObjectStorage(ObjectStore(url)))
+    root = Root(ObjectStorage(ObjectClient(url)))
     root.create_topic("t", 1, {"segment.bytes": "6000", "index.interval.bytes": "100"})
     for i in range(6):  # sealed segments with indexes of several entries
         root.append("t", pa.table({"value": [b"v%d-%03d-" % (i, j) + b"x" * 200 for j in range(20)]}))
     reads: list[str] = []
-    st = ObjectStorage(ObjectStore(url))
+    st = ObjectStorage(ObjectClient(url))
     real = st.read
     st.read = lambda path, *a, **k: reads.append(path) or real(path, *a, **k)  # type: ignore[method-assign]
     lg = Root(st).writable_log("t", 0)
@@ -394,20 +394,20 @@ def test_an_object_store_log_opens_without_reading_sealed_indexes_and_still_refu
     assert not [p for p in reads if p.endswith("index") and p not in active], reads
     largest = sealed[1].largest_timestamp
     # damage a sealed segment's offset index (entries past its log), then read through it
-    w = Root(ObjectStorage(ObjectStore(url)))
+    w = Root(ObjectStorage(ObjectClient(url)))
 
     def damage() -> None:
         w.storage.write_atomic(sealed[1].offset_index.path, (b"\x00\x00\x7f\xff" + b"\x7f\xff\xff\xff") * 4)
         w.storage.write_atomic(sealed[1].time_index.path, b"\x7f" * 24)  # entries past the segment
 
     w.transaction(damage)
-    r = Root(ObjectStorage(ObjectStore(url), read_only=True), read_only=True)
+    r = Root(ObjectStorage(ObjectClient(url), read_only=True), read_only=True)
     start = sealed[1].base_offset
     got = r.read_table("t", [0], start_offset=start + 5, end_offset=start + 8).column("value").to_pylist()
     assert [v[:6] for v in got] == [b"v%d-%03d" % divmod(start + k, 20) for k in range(5, 8)]
     # the damaged time index is ignored: the segment's largest timestamp (retention, the
     # compaction lag, timestamp lookups) is read from its batches instead
-    again = Root(ObjectStorage(ObjectStore(url))).writable_log("t", 0)
+    again = Root(ObjectStorage(ObjectClient(url))).writable_log("t", 0)
     assert again.segments[1].time_index.rejected is None  # (not loaded yet: lazy)
     assert again.segments[1].largest_timestamp == largest
     assert again.segments[1].time_index.rejected is not None

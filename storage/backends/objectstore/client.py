@@ -1,6 +1,6 @@
 """Object stores through fsspec: immutable objects, ranged reads, put-if-absent.
 
-An :class:`ObjectStore` is one fsspec filesystem plus a base prefix (``s3://bucket/prefix``).
+An :class:`ObjectClient` is one fsspec filesystem plus a base prefix (``s3://bucket/prefix``).
 It offers only what pylog's object-store mode needs, each with pylog's rules:
 
 ========================  ==================================================================
@@ -55,7 +55,7 @@ PYLOG_OPTIONS = {
     "pylog.read_ahead_bytes": "largest read-ahead of a sequential scan of one object (8388608)",
 }
 PROBES = "_pylog/probe/"
-"""Where :meth:`ObjectStore.probe` creates (and at once deletes) its test objects."""
+"""Where :meth:`ObjectClient.probe` creates (and at once deletes) its test objects."""
 _SECRET_WORDS = ("secret", "key", "token", "password", "credential", "session")
 
 
@@ -221,7 +221,7 @@ _PROBED: set[str] = set()
 _PROBE_LOCK = threading.Lock()
 
 
-class ObjectStore:
+class ObjectClient:
     """Objects under one base URL, addressed by keys relative to it."""
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None):
@@ -246,7 +246,7 @@ class ObjectStore:
         self.faults = Faults()  # its conditional create, for fault injection (pylog.storage.faults)
 
     def __repr__(self) -> str:
-        return f"ObjectStore({self.url!r})"
+        return f"ObjectClient({self.url!r})"
 
     def path(self, key: str) -> str:
         return f"{self.base}/{key}" if key else self.base
@@ -558,7 +558,7 @@ __all__ = [
     "PROBES",
     "CommitOutcomeUnknownError",
     "ConditionalWritesUnsupportedError",
-    "ObjectStore",
+    "ObjectClient",
     "ObjectStoreError",
     "RequestCounter",
     "is_object_url",

@@ -1,15 +1,15 @@
 """The working copy of a pylog root on an object store: the file tree of one state plus the
 changes of a transaction, held in memory until a commit publishes them.
 
-A file of the tree is the state's :class:`~pylog.storage.backends.snapshot.Ref` until the
+A file of the tree is the state's :class:`~pylog.storage.backends.objectstore.snapshot.Ref` until the
 transaction changes it, then an :class:`Entry`: bytes written since the last commit
 (``local``), a committed object read with 8-byte values put over it (``patch``), or a staged
 object adopted as the file.  Only the paths in :attr:`WorkingTree.touched` can differ from the
 state, so a commit looks at those alone (:meth:`WorkingTree.changes`).  The names of each
-directory are kept in a :class:`~pylog.storage.backends.dirindex.DirIndex`.
+directory are kept in a :class:`~pylog.storage.backends.objectstore.dirindex.DirIndex`.
 
 The tree does no locking and no I/O: its owner,
-:class:`~pylog.storage.backends.objectfs.ObjectStorage`, does both.
+:class:`~pylog.storage.backends.objectstore.storage.ObjectStorage`, does both.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pylog.storage.backends.dirindex import DirIndex
-from pylog.storage.backends.fs import AppendFile
-from pylog.storage.backends.manifest import holds_inline, parent, upload_key
-from pylog.storage.backends.snapshot import Ref, Snapshot
+from pylog.storage.backends.base import AppendFile
+from pylog.storage.backends.objectstore.dirindex import DirIndex
+from pylog.storage.backends.objectstore.manifest import holds_inline, parent, upload_key
+from pylog.storage.backends.objectstore.snapshot import Ref, Snapshot
 from pylog.storage.errors import StorageError
 
 

@@ -3,7 +3,7 @@ ranged GETs with a read-ahead that grows while a scan is sequential.
 
 Objects are never modified (a key is never reused), so a cached copy is never stale: objects up
 to :data:`WHOLE_OBJECT_MAX` bytes are read whole once into the process-wide cache of
-:class:`~pylog.storage.backends.objectstore.ObjectStore`, and a commit puts the ones it
+:class:`~pylog.storage.backends.objectstore.client.ObjectClient`, and a commit puts the ones it
 uploaded there too (readers ask for them next).
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 
-from pylog.storage.backends.objectstore import ObjectStore
+from pylog.storage.backends.objectstore.client import ObjectClient
 
 WHOLE_OBJECT_MAX = 1 << 20
 """Objects up to this size are read whole once and cached (immutable, so never stale)."""
@@ -25,7 +25,7 @@ _READ_AHEADS = 16
 class ObjectReader:
     """Reads of one store's objects (thread-safe)."""
 
-    def __init__(self, store: ObjectStore):
+    def __init__(self, store: ObjectClient):
         self.store = store
         self._lock = threading.Lock()
         self._ra: dict[str, tuple[int, bytes, int]] = {}  # key -> (start, block, window)

@@ -1,7 +1,7 @@
 """The names in each directory of a tree of paths, kept up to date as paths come and go.
 
 An object store has no directories: a root's tree is a mapping of paths to objects (the state of
-its commit log plus a transaction's changes, see :mod:`pylog.storage.backends.worktree`).
+its commit log plus a transaction's changes, see :mod:`pylog.storage.backends.objectstore.worktree`).
 Listing one directory by scanning every path would cost what the whole root holds, on every log
 open; this index makes it cost what the directory holds.  A directory appears in its parent's
 names while it holds anything, or while it is a directory of its own (``is_entry``)."""

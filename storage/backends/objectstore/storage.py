@@ -26,11 +26,11 @@ state and runs the operation again.  Every crash leaves manifest N or N+1 comple
 crashed writer uploaded is unreferenced and removed by :meth:`ObjectStorage.sweep_orphans`.
 
 The manifest format and the resolution of the newest manifest are in
-:mod:`~pylog.storage.backends.manifest`, the orphan sweep in
-:mod:`~pylog.storage.backends.orphans`, the reading and caching of objects in
-:mod:`~pylog.storage.backends.reads`, the working copy in
-:mod:`~pylog.storage.backends.worktree`, the direct objects in
-:mod:`~pylog.storage.backends.direct`.
+:mod:`~pylog.storage.backends.objectstore.manifest`, the orphan sweep in
+:mod:`~pylog.storage.backends.objectstore.orphans`, the reading and caching of objects in
+:mod:`~pylog.storage.backends.objectstore.reads`, the working copy in
+:mod:`~pylog.storage.backends.objectstore.worktree`, the outside objects in
+:mod:`~pylog.storage.backends.objectstore.outside`.
 
 Renames and deletions are changes of the tree only (no object is copied), so Kafka's swap
 protocol costs nothing here.  Objects are never appended to: the root seals (rolls) every
@@ -50,14 +50,14 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from pylog.storage.backends import commitlog, orphans, overlay
-from pylog.storage.backends.direct import DirectAppend, DirectObjects
-from pylog.storage.backends.fs import AppendFile, Storage
-from pylog.storage.backends.manifest import DIRECT, MANIFESTS, is_direct, parent
-from pylog.storage.backends.objectstore import ObjectStore
-from pylog.storage.backends.reads import ObjectReader
-from pylog.storage.backends.snapshot import LOG, Ref, Snapshot
-from pylog.storage.backends.worktree import Entry, VirtualAppend, WorkingTree
+from pylog.storage.backends.base import AppendFile, Storage
+from pylog.storage.backends.objectstore import commitlog, orphans, overlay
+from pylog.storage.backends.objectstore.client import ObjectClient
+from pylog.storage.backends.objectstore.manifest import MANIFESTS, OUTSIDE, is_outside, parent
+from pylog.storage.backends.objectstore.outside import OutsideAppend, OutsideObjects
+from pylog.storage.backends.objectstore.reads import ObjectReader
+from pylog.storage.backends.objectstore.snapshot import LOG, Ref, Snapshot
+from pylog.storage.backends.objectstore.worktree import Entry, VirtualAppend, WorkingTree
 from pylog.storage.errors import CommitConflictError, NoRootError, StorageError, StorageIOError
 from pylog.storage.faults import Faults
 
@@ -76,7 +76,7 @@ class ObjectStorage(Storage):
     external_changes = False  # files change only through manifests, never renamed from outside
 
     def __init__(
-        self, store: ObjectStore, *, read_only: bool = False, load: bool = True, trust_known_s: float = 0.0
+        self, store: ObjectClient, *, read_only: bool = False, load: bool = True, trust_known_s: float = 0.0
     ):
         self.store = store
         self.read_only = read_only
@@ -92,7 +92,7 @@ class ObjectStorage(Storage):
         self._adopted_base: set[str] | None = None  # keys of staged objects the snapshot holds
         self._adopting: set[str] = set()
         self._tree = WorkingTree(store.url)  # the snapshot's files plus this transaction's changes
-        self._direct = DirectObjects(store)  # staged data and consumer offsets (outside the state)
+        self._direct = OutsideObjects(store)  # staged data and consumer offsets (outside the state)
         self.in_transaction = False
         self.kafka_dir = False
         self.uploads_aborted = 0
@@ -111,9 +111,9 @@ class ObjectStorage(Storage):
         trust_known_s: float = 0.0,
     ) -> ObjectStorage:
         """``load=False``: the state is not read (no request); only for staging, which writes
-        direct objects and reads nothing of the tree.  ``trust_known_s``: see :meth:`refresh`."""
+        outside objects and reads nothing of the tree.  ``trust_known_s``: see :meth:`refresh`."""
         st = cls(
-            ObjectStore(url, storage_options), read_only=read_only, load=load, trust_known_s=trust_known_s
+            ObjectClient(url, storage_options), read_only=read_only, load=load, trust_known_s=trust_known_s
         )
         if load and read_only and st.number < 0 and not st._load_kafka_dir():
             raise NoRootError(
@@ -181,7 +181,7 @@ class ObjectStorage(Storage):
         self._reset_working(keep_deferred)
 
     def _reset_working(self, keep_deferred: bool = False) -> None:
-        """Working tree = the manifest's; direct objects are listed again when needed."""
+        """Working tree = the manifest's; outside objects are listed again when needed."""
         self._tree.reset(self._base, self.snapshot.dirs)
         self._adopting = set()
         self._direct.forget(deferred=not keep_deferred)
@@ -274,7 +274,7 @@ class ObjectStorage(Storage):
         """After our commit was created, before it is acknowledged: when a sweep began since the
         sweep mark ``mark`` was read (before the uploads), it may have deleted them for orphans
         (whatever our create took, whatever any clock did): upload them again, same keys and
-        bytes.  One GET; the uploads again only then (see :mod:`~pylog.storage.backends.orphans`)."""
+        bytes.  One GET; the uploads again only then (see :mod:`.orphans`)."""
         if not uploads:
             return
         try:
@@ -315,7 +315,7 @@ class ObjectStorage(Storage):
         deleted as staged data)."""
         if self._adopted_base is None:
             self._adopted_base = {
-                e.key for e in self._base.values() if e.key is not None and e.key.startswith(DIRECT)
+                e.key for e in self._base.values() if e.key is not None and e.key.startswith(OUTSIDE)
             }
         return self._adopted_base | self._adopting
 
@@ -337,7 +337,7 @@ class ObjectStorage(Storage):
         return orphans.orphan_grace_s(self.store)
 
     def sweep_orphans(self, now_ms: int | None = None) -> int:
-        """Delete the objects no manifest will ever delete (see :mod:`~pylog.storage.backends.orphans`).
+        """Delete the objects no manifest will ever delete (see :mod:`.orphans`).
         Returns how many objects were deleted; :attr:`uploads_aborted` is set to how many multipart
         uploads were aborted."""
         # judged against the newest manifest, read without touching this root's snapshot: counting
@@ -350,18 +350,18 @@ class ObjectStorage(Storage):
         deleted, self.uploads_aborted = swept
         return deleted
 
-    # ------------------------------------------------------------------ direct objects
+    # ------------------------------------------------------------------ outside objects
 
     def modified_ms(self, path: str) -> int | None:
-        """Direct objects (staged data): the server's modification time as last listed."""
+        """Outside objects (staged data): the server's modification time as last listed."""
         path = self.check_relative(path)
-        return self._direct.modified_ms(path) if is_direct(path) else None
+        return self._direct.modified_ms(path) if is_outside(path) else None
 
     # ------------------------------------------------------------------ Storage
 
     def read(self, path: str, start: int = 0, end: int | None = None) -> bytes:
         path = self.check_relative(path)
-        if is_direct(path):
+        if is_outside(path):
             return self._direct.read(path, start, end)
         with self._lock:
             e = self._tree.entry(path)
@@ -389,13 +389,13 @@ class ObjectStorage(Storage):
 
     def size(self, path: str) -> int:
         path = self.check_relative(path)
-        if is_direct(path):
+        if is_outside(path):
             return self._direct.size(path)
         return self._tree.entry(path).size
 
     def exists(self, path: str) -> bool:
         path = self.check_relative(path)
-        if is_direct(path):
+        if is_outside(path):
             return path in self._direct.listing()
         return path in self._tree.files or self.isdir(path)
 
@@ -414,7 +414,7 @@ class ObjectStorage(Storage):
         return sorted(names)
 
     def listdir_staged(self, path: str) -> list[str]:
-        """Staged objects under ``path`` (one LIST of the direct objects per transaction)."""
+        """Staged objects under ``path`` (one LIST of the outside objects per transaction)."""
         path = self.check_relative(path)
         return self._direct.staged(path, self._adopted())
 
@@ -445,8 +445,8 @@ class ObjectStorage(Storage):
     def open_append(self, path: str, *, direct: bool = False) -> AppendFile:
         """``direct`` (around a page cache) has no meaning for objects and is ignored."""
         path = self.check_relative(path)
-        if is_direct(path):
-            return DirectAppend(self._direct, path)
+        if is_outside(path):
+            return OutsideAppend(self._direct, path)
         self._check_writable(path)
         with self._lock:
             return VirtualAppend(self._tree, path, self._local(path, keep=True), self._reopen)
@@ -463,7 +463,7 @@ class ObjectStorage(Storage):
 
     def write_atomic(self, path: str, data: bytes) -> None:
         path = self.check_relative(path)
-        if is_direct(path):
+        if is_outside(path):
             self._direct.put(path, data)
             return
         self._check_writable(path)
@@ -486,7 +486,7 @@ class ObjectStorage(Storage):
 
     def delete(self, path: str) -> None:
         path = self.check_relative(path)
-        if is_direct(path):
+        if is_outside(path):
             self._direct.delete(path, defer=self.in_transaction, adopted=self._adopted)
             return
         self._check_writable(path)
@@ -502,7 +502,7 @@ class ObjectStorage(Storage):
     def upload_staged(self, path: str, local_path: str) -> None:
         """Upload the local file ``local_path`` as the staged (direct) object ``path``, streamed."""
         path = self.check_relative(path)
-        if not is_direct(path):
+        if not is_outside(path):
             raise StorageError(f"{self.store.url}/{path}: only staged data is uploaded from a file")
         self._direct.put_file(path, local_path)
 
@@ -514,11 +514,11 @@ class ObjectStorage(Storage):
         skipped, and it is deleted as garbage once a later state no longer refers to it."""
         staged, path = self.check_relative(staged), self.check_relative(path)
         self._check_writable(path)
-        if not is_direct(staged) or is_direct(path):
+        if not is_outside(staged) or is_outside(path):
             raise StorageError(f"{self.store.url}: cannot adopt {staged!r} as {path!r}")
         with self._lock:
-            self._tree.put(path, Entry(size, key=DIRECT + staged, patch=patch))
-            self._adopting.add(DIRECT + staged)
+            self._tree.put(path, Entry(size, key=OUTSIDE + staged, patch=patch))
+            self._adopting.add(OUTSIDE + staged)
             self._tree.dirty = True
 
     writes_in_place = False  # tasks stage whole objects; a commit adopts them (adopt, write_at)

@@ -7,7 +7,7 @@ name can make pylog read or write outside it.
 
 Two implementations: local disk, :class:`pylog.storage.backends.local.LocalStorage` (Kafka's
 mechanisms: appends to open files, fsync of files and directories, durable replacement), and
-object stores, :class:`pylog.storage.backends.objectfs.ObjectStorage`.
+object stores, :class:`pylog.storage.backends.objectstore.storage.ObjectStorage`.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ created with put-if-absent under ``_pylog/manifests/<number, 20 digits>.json``::
      "garbage": [["<key>", <time_ms it was superseded>], ...]}
 
 Such roots are still read, and are upgraded to format 2 (the commit log of
-:mod:`~pylog.storage.backends.commitlog`) by their first commit, which leaves a *marker* as the
+:mod:`~pylog.storage.backends.objectstore.commitlog`) by their first commit, which leaves a *marker* as the
 next manifest (``"version": 2, "moved_to": "_pylog/log/"``) so that older pylog versions refuse
 the root instead of writing beside the commit log.
 
@@ -30,12 +30,12 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from pylog.storage.backends.fs import STAGE_PREFIX
-from pylog.storage.backends.snapshot import Ref, Snapshot
+from pylog.storage.backends.base import STAGE_PREFIX
+from pylog.storage.backends.objectstore.snapshot import Ref, Snapshot
 from pylog.storage.errors import CorruptMetadataError
 
 MANIFESTS = "_pylog/manifests/"
-DIRECT = "_pylog/direct/"
+OUTSIDE = "_pylog/direct/"
 FORMAT = "pylog-manifest"
 VERSION = 1
 INLINE_MAX = 4096
@@ -67,7 +67,7 @@ def is_upload_key(key: str) -> bool:
     return _UPLOAD_SUFFIX.search(key) is not None
 
 
-def is_direct(path: str) -> bool:
+def is_outside(path: str) -> bool:
     """Files outside the published state: staged sink data and consumer offsets (each written
     whole by one PUT, so atomic by itself)."""
     d, _, name = path.rpartition("/")
@@ -202,16 +202,16 @@ def snapshot_from_v1(doc: dict[str, Any]) -> Snapshot:
 
 
 __all__ = [
-    "DIRECT",
     "INLINE_MAX",
     "MANIFESTS",
+    "OUTSIDE",
     "encode_manifest",
     "garbage_of",
     "holds_inline",
     "inline_data",
     "inline_file",
-    "is_direct",
     "is_marker",
+    "is_outside",
     "is_upload_key",
     "manifest_key",
     "manifest_number",

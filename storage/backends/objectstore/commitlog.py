@@ -40,7 +40,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from pylog.storage.backends.manifest import (
+from pylog.storage.backends.objectstore.client import ObjectClient
+from pylog.storage.backends.objectstore.manifest import (
     MANIFESTS,
     is_marker,
     manifest_key,
@@ -49,8 +50,7 @@ from pylog.storage.backends.manifest import (
     parse_manifest_any,
     snapshot_from_v1,
 )
-from pylog.storage.backends.objectstore import ObjectStore
-from pylog.storage.backends.snapshot import (
+from pylog.storage.backends.objectstore.snapshot import (
     CHECKPOINTS,
     HINT,
     LOG,
@@ -110,14 +110,14 @@ _KNOWN: OrderedDict[str, tuple[Snapshot, float]] = OrderedDict()
 _KNOWN_LOCK = threading.Lock()
 
 
-def _get(store: ObjectStore, key: str) -> bytes | None:
+def _get(store: ObjectClient, key: str) -> bytes | None:
     try:
         return store.get(key)
     except FileNotFoundError:
         return None
 
 
-def remember(store: ObjectStore, snap: Snapshot, confirmed_at: float) -> None:
+def remember(store: ObjectClient, snap: Snapshot, confirmed_at: float) -> None:
     with _KNOWN_LOCK:
         old = _KNOWN.get(store.url)
         if old is None or old[0].number <= snap.number:
@@ -127,7 +127,7 @@ def remember(store: ObjectStore, snap: Snapshot, confirmed_at: float) -> None:
             _KNOWN.popitem(last=False)
 
 
-def known(store: ObjectStore, within_s: float) -> tuple[Snapshot, float] | None:
+def known(store: ObjectClient, within_s: float) -> tuple[Snapshot, float] | None:
     """The state this process last confirmed newest for this root, with when it did, if that was
     at most ``within_s`` seconds ago, and under half the delete delay (a commit from an older
     state would be refused anyway, and objects it maps may be gone); no request."""
@@ -139,7 +139,7 @@ def known(store: ObjectStore, within_s: float) -> tuple[Snapshot, float] | None:
     return cached
 
 
-def forget(store: ObjectStore) -> None:
+def forget(store: ObjectClient) -> None:
     with _KNOWN_LOCK:
         _KNOWN.pop(store.url, None)
 
@@ -153,7 +153,7 @@ when nothing changed, that is the only request)."""
 
 
 def _walk(
-    store: ObjectStore, snap: Snapshot, changes: list[Change] | None = None, window: int = 1
+    store: ObjectClient, snap: Snapshot, changes: list[Change] | None = None, window: int = 1
 ) -> Snapshot | None:
     """``snap`` with every commit after it applied (GETs until one is missing; after the first
     found, in concurrent windows of up to :data:`WALK_WINDOW`); None when a commit does not
@@ -179,7 +179,7 @@ def _walk(
         window = min(window * 2, WALK_WINDOW)
 
 
-def _from_hint(store: ObjectStore) -> Snapshot | None:
+def _from_hint(store: ObjectClient) -> Snapshot | None:
     """The checkpoint the hint names; None when there is no usable hint."""
     raw = _get(store, HINT)
     if raw is None:
@@ -195,7 +195,7 @@ def _from_hint(store: ObjectStore) -> Snapshot | None:
         return None
 
 
-def _from_listing(store: ObjectStore) -> Snapshot | None:
+def _from_listing(store: ObjectClient) -> Snapshot | None:
     """The newest state found by LISTing the commit log (or, for a format 1 root, its manifests)."""
     commits = sorted(n for k in store.list(LOG) if (n := commit_number(k)) is not None)
     if commits:
@@ -250,7 +250,7 @@ def _commit_checkpoint(raw: bytes, where: str) -> CheckpointRef | None:
 
 
 def resolve(
-    store: ObjectStore, known: Snapshot | None = None, confirmed_at: float = float("-inf")
+    store: ObjectClient, known: Snapshot | None = None, confirmed_at: float = float("-inf")
 ) -> Snapshot | None:
     """The newest state of the root under ``store`` (None if it has none), starting from what
     ``known`` (confirmed newest at ``confirmed_at``) or this process already knows."""
@@ -301,12 +301,12 @@ class Published:
     uploaded: list[tuple[str, bytes]]  # what this call uploaded that its commit names (a checkpoint)
 
 
-def _conflict(store: ObjectStore, n: int, why: str) -> CommitConflictError:
+def _conflict(store: ObjectClient, n: int, why: str) -> CommitConflictError:
     return CommitConflictError(f"{store.url}: commit {n} was created by another writer meanwhile ({why})")
 
 
 def _rebase(
-    store: ObjectStore,
+    store: ObjectClient,
     base: Snapshot,
     ours: Change,
     mergers: dict[str, Merger],
@@ -363,7 +363,7 @@ def _overlap(mine: set[str], my_dirs: set[str], theirs: set[str], their_dirs: se
 
 
 def publish(
-    store: ObjectStore,
+    store: ObjectClient,
     base: Snapshot,
     files: dict[str, Ref],
     dirs: set[str],
@@ -452,7 +452,7 @@ def publish(
     raise _conflict(store, base.number, f"re-based {REBASES} times")
 
 
-def _drop(store: ObjectStore, key: str | None) -> None:
+def _drop(store: ObjectClient, key: str | None) -> None:
     if key is not None:
         with contextlib.suppress(Exception):
             store.delete([key])

@@ -10,7 +10,7 @@ lost a race before deleting them, and garbage whose deletion failed.  :func:`swe
    older); if there is none it stops there, deleting and aborting nothing;
 3. deletes every listed object that is at least :func:`orphan_grace_s` old (by its modification
    time on the server) and that the newest state neither maps a file to nor lists in its
-   ``garbage`` nor retains as a checkpoint, except direct objects (``_pylog/direct/``), the
+   ``garbage`` nor retains as a checkpoint, except outside objects (``_pylog/direct/``), the
    hint, commits from the oldest one the state retains on, checkpoints and manifests numbered
    at or above the state's, the format 1 marker of an upgraded root, and other keys under
    ``_pylog/`` not named like what pylog writes there.  Older commits, checkpoints and manifests
@@ -49,9 +49,16 @@ import time
 import uuid
 from collections.abc import Callable
 
-from pylog.storage.backends.manifest import DIRECT, MANIFESTS, is_upload_key, manifest_number
-from pylog.storage.backends.objectstore import PROBES, ObjectStore
-from pylog.storage.backends.snapshot import CHECKPOINTS, HINT, LOG, Snapshot, checkpoint_number, commit_number
+from pylog.storage.backends.objectstore.client import PROBES, ObjectClient
+from pylog.storage.backends.objectstore.manifest import MANIFESTS, OUTSIDE, is_upload_key, manifest_number
+from pylog.storage.backends.objectstore.snapshot import (
+    CHECKPOINTS,
+    HINT,
+    LOG,
+    Snapshot,
+    checkpoint_number,
+    commit_number,
+)
 from pylog.storage.errors import StorageError
 
 log = logging.getLogger("pylog.storage")
@@ -65,12 +72,12 @@ ORPHAN_GRACE_S = 3600.0
 """Unreferenced objects younger than this (or the delete delay, if longer) are never swept."""
 
 
-def orphan_grace_s(store: ObjectStore) -> float:
+def orphan_grace_s(store: ObjectClient) -> float:
     """Age below which an unreferenced object may still be an upload of a commit in flight."""
     return max(store.file_delete_delay_ms / 1000.0, ORPHAN_GRACE_S)
 
 
-def sweep_mark(store: ObjectStore) -> bytes | None:
+def sweep_mark(store: ObjectClient) -> bytes | None:
     """The current sweep mark (None before the first sweep): one GET."""
     try:
         return store.get(SWEEP_MARK)
@@ -79,7 +86,7 @@ def sweep_mark(store: ObjectStore) -> bytes | None:
 
 
 def sweep_orphans(
-    store: ObjectStore, newest: Callable[[], Snapshot | None], now_s: float | None = None
+    store: ObjectClient, newest: Callable[[], Snapshot | None], now_s: float | None = None
 ) -> tuple[int, int] | None:
     """Sweep ``store`` (see the module doc); ``newest`` resolves its newest state.  Returns
     how many objects were deleted and how many multipart uploads were aborted, or None when
@@ -101,7 +108,7 @@ def sweep_orphans(
     referenced = snap.keys()
     doomed = []
     for key, (_, mtime, _) in listing.items():
-        if key in referenced or key.startswith(DIRECT) or key == HINT or now - mtime < grace:
+        if key in referenced or key.startswith(OUTSIDE) or key == HINT or now - mtime < grace:
             continue
         if key.startswith("_pylog/") and not _sweepable(key, snap):
             continue
@@ -129,15 +136,15 @@ def _sweepable(key: str, snap: Snapshot) -> bool:
     return key.startswith(PROBES)
 
 
-def check_empty_prefix(store: ObjectStore) -> None:
-    """Before a root's first commit: the prefix must hold nothing but probes, direct objects and
+def check_empty_prefix(store: ObjectClient) -> None:
+    """Before a root's first commit: the prefix must hold nothing but probes, outside objects and
     uploads of earlier attempts (data, or the checkpoint of a first commit that never landed), or
     the sweep would take those objects (a copied Kafka log directory, another dataset) for
     garbage."""
     other = sorted(
         k
         for k in store.list("")
-        if not k.startswith((PROBES, DIRECT, CHECKPOINTS))
+        if not k.startswith((PROBES, OUTSIDE, CHECKPOINTS))
         and k not in (HINT, SWEEP_MARK)
         and not is_upload_key(k)
     )

@@ -1,13 +1,13 @@
-"""The direct objects of a pylog root on an object store: objects under ``_pylog/direct/``,
+"""The outside objects of a pylog root on an object store: objects under ``_pylog/direct/``,
 outside every state - staged sink data and consumer offsets, each written whole by one PUT
-(:class:`DirectAppend` when it is closed).
+(:class:`OutsideAppend` when it is closed).
 
-Their paths are relative to ``_pylog/direct/``.  :class:`DirectObjects` lists them once when
+Their paths are relative to ``_pylog/direct/``.  :class:`OutsideObjects` lists them once when
 needed (sizes, and the server's modification times: staged data's age) and keeps the listing up
-to date with its own writes until it is told to :meth:`~DirectObjects.forget` it.  In a
-transaction, deletions are deferred to the commit (:meth:`~DirectObjects.take_deferred`), and
+to date with its own writes until it is told to :meth:`~OutsideObjects.forget` it.  In a
+transaction, deletions are deferred to the commit (:meth:`~OutsideObjects.take_deferred`), and
 a staged object the state adopted as a file (see
-:meth:`~pylog.storage.backends.objectfs.ObjectStorage.adopt`) is never deleted as staged data:
+:meth:`~pylog.storage.backends.objectstore.storage.ObjectStorage.adopt`) is never deleted as staged data:
 the owner tells which keys are adopted.
 """
 
@@ -16,16 +16,16 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from pylog.storage.backends.fs import AppendFile
-from pylog.storage.backends.manifest import DIRECT
-from pylog.storage.backends.objectstore import ObjectStore
+from pylog.storage.backends.base import AppendFile
+from pylog.storage.backends.objectstore.client import ObjectClient
+from pylog.storage.backends.objectstore.manifest import OUTSIDE
 from pylog.storage.errors import StorageError
 
 
-class DirectAppend(AppendFile):
-    """A direct object is written whole, by one PUT, when it is closed."""
+class OutsideAppend(AppendFile):
+    """A outside object is written whole, by one PUT, when it is closed."""
 
-    def __init__(self, direct: DirectObjects, path: str):
+    def __init__(self, direct: OutsideObjects, path: str):
         self._direct = direct
         self._path = path
         self._buf = bytearray()
@@ -55,10 +55,10 @@ class DirectAppend(AppendFile):
         return bytes(self._buf)
 
 
-class DirectObjects:
-    """The direct objects of one store as last listed, and the deletions deferred to a commit."""
+class OutsideObjects:
+    """The outside objects of one store as last listed, and the deletions deferred to a commit."""
 
-    def __init__(self, store: ObjectStore) -> None:
+    def __init__(self, store: ObjectClient) -> None:
         self.store = store
         self._sizes: dict[str, int] | None = None
         self._mtimes: dict[str, float] = {}  # of the last listing (staged data's age)
@@ -73,9 +73,9 @@ class DirectObjects:
 
     def listing(self) -> dict[str, int]:
         if self._sizes is None:
-            listed = self.store.list(DIRECT)
-            self._sizes = {k[len(DIRECT) :]: size for k, (size, _, _) in listed.items()}
-            self._mtimes = {k[len(DIRECT) :]: mtime for k, (_, mtime, _) in listed.items()}
+            listed = self.store.list(OUTSIDE)
+            self._sizes = {k[len(OUTSIDE) :]: size for k, (size, _, _) in listed.items()}
+            self._mtimes = {k[len(OUTSIDE) :]: mtime for k, (_, mtime, _) in listed.items()}
         return self._sizes
 
     def modified_ms(self, path: str) -> int | None:
@@ -86,7 +86,7 @@ class DirectObjects:
         return None if not mtime else int(float(mtime) * 1000)
 
     def read(self, path: str, start: int, end: int | None) -> bytes:
-        return self.store.get(DIRECT + path, start or None, end)
+        return self.store.get(OUTSIDE + path, start or None, end)
 
     def size(self, path: str) -> int:
         try:
@@ -108,17 +108,17 @@ class DirectObjects:
             if p.startswith(prefix)
             and "/" not in p[len(prefix) :]
             and p not in self.deferred
-            and DIRECT + p not in adopted
+            and OUTSIDE + p not in adopted
         )
 
     def put(self, path: str, data: bytes) -> None:
-        self.store.put(DIRECT + path, data)
+        self.store.put(OUTSIDE + path, data)
         if self._sizes is not None:
             self._sizes[path] = len(data)
 
     def put_file(self, path: str, local_path: str) -> None:
         """Upload the local file ``local_path`` as the object ``path``, streamed."""
-        self.store.put_file(DIRECT + path, local_path)
+        self.store.put_file(OUTSIDE + path, local_path)
         if self._sizes is not None:
             self._sizes[path] = os.path.getsize(local_path)
 
@@ -127,17 +127,17 @@ class DirectObjects:
         one of the ``adopted``."""
         if defer:  # a commit that loses a race must still find its staged data
             self.deferred.append(path)
-        elif DIRECT + path not in adopted():
-            self.store.delete([DIRECT + path])
+        elif OUTSIDE + path not in adopted():
+            self.store.delete([OUTSIDE + path])
         if self._sizes is not None:
             self._sizes.pop(path, None)
 
     def take_deferred(self, adopted: Callable[[], set[str]]) -> list[str]:
         """The keys of the deferred deletions, but the ``adopted``; none are deferred after."""
         adopted_keys = adopted() if self.deferred else set()
-        keys = [DIRECT + p for p in self.deferred if DIRECT + p not in adopted_keys]
+        keys = [OUTSIDE + p for p in self.deferred if OUTSIDE + p not in adopted_keys]
         self.deferred = []
         return keys
 
 
-__all__ = ["DirectAppend", "DirectObjects"]
+__all__ = ["OutsideAppend", "OutsideObjects"]

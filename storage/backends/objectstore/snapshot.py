@@ -97,7 +97,7 @@ class Ref:
     ``patch`` (objects only): 8-byte values that replace the object's bytes at given positions
     whenever it is read, packed as big-endian int64 pairs ``(position, value)`` in increasing
     position order.  A staged segment adopted into a log as it is (see
-    :meth:`~pylog.storage.backends.objectfs.ObjectStorage.adopt`) gets the ``baseOffset`` of
+    :meth:`~pylog.storage.backends.objectstore.storage.ObjectStorage.adopt`) gets the ``baseOffset`` of
     each batch this way, instead of being downloaded, patched and uploaded again."""
 
     size: int
