@@ -1,4 +1,4 @@
-"""Issue #8 acceptance 3: a table appended through the Python API (``pylog.open(...).append``)
+"""A table appended through the Python API (``pylog.open(...).append``)
 is read back identically by the Spark source, on local disk and on S3."""
 
 from __future__ import annotations

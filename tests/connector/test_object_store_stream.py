@@ -1,4 +1,4 @@
-"""Issue #7 acceptance 3: Spark sink -> S3 -> Spark source over 200 small micro-batches, with
+"""Spark sink -> S3 -> Spark source over 200 small micro-batches, with
 the embedded maintenance (compaction, merging of small segments, deletion of superseded
 objects) between micro-batches: every record arrives, keys keep their latest values, and the
 number of objects under the root stays bounded instead of growing with the batches."""

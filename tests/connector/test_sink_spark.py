@@ -253,7 +253,7 @@ def test_round_trip_through_the_pylog_source(spark: Any, backend: Backend, tmp_p
 
 
 def test_embedded_compaction_between_micro_batches(spark: Any, backend: Backend, tmp_path: Path) -> None:
-    """Issue #6 acceptance 3: a keyed stream with overwrites and tombstones into a compacted
+    """A keyed stream with overwrites and tombstones into a compacted
     topic with small segments: compaction runs after the publishes, a streaming reader running
     at the same time never fails and ends with every key's latest value, and the log stays
     bounded."""

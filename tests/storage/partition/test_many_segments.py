@@ -1,5 +1,5 @@
 """A partition of many segments opens, appends and reads at a cost independent of their number
-(issue 30: Kafka brokers hold 10^4 to 10^5 segments).
+(Kafka brokers hold 10^4 to 10^5 segments).
 
 Counted, never timed: the files a writer's open + append reads or stats, the segment objects
 it makes, the sealed segments whose deferred index checks run.  A sealed segment's indexes are
