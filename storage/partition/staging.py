@@ -41,6 +41,7 @@ from pylog.storage.partition import producer_state
 from pylog.storage.partition.consistency import now_ms
 from pylog.storage.partition.log import AppendInfo, Log
 from pylog.storage.partition.segment import LogSegment, fitting_batches, segment_name
+from pylog.storage.partition.segments import base_offsets
 
 STAGED_SUFFIX = ".staged"
 _KINDS = ("index", "timeindex", "log")  # renamed in this order: a .log is never without its indexes
@@ -301,7 +302,7 @@ def link(log: Log, name: str, seg: StagedSegment, *, now: int | None = None) -> 
         new.open_for_append()
         new.set_next_offset(base + seg.records)  # known: no read of its last batch
         log.segments.append(new)
-        log._bases = np.array([s.base_offset for s in log.segments], dtype=np.int64)
+        log._bases = base_offsets(log.segments)  # (no segment object made)
     except BaseException as e:  # the log's files are half changed: reopen (and recover) it
         log._failed = e
         raise
@@ -363,7 +364,7 @@ def adopt(log: Log, name: str, seg: StagedSegment, *, now: int | None = None) ->
         new = LogSegment(storage, directory, base, log.config, created_ms=now_ms() if now is None else now)
         new.set_next_offset(base + seg.records)
         log.segments.append(new)
-        log._bases = np.array([s.base_offset for s in log.segments], dtype=np.int64)
+        log._bases = base_offsets(log.segments)  # (no segment object made)
         log.roll(now=now)  # the adopted object is never appended to
     except BaseException as e:
         log._failed = e
