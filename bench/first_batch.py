@@ -6,7 +6,8 @@ Every figure comes from a *new* process, as a user's first query or first CLI co
 
 - write: a streaming query reads the same parquet input (``maxFilesPerTrigger=1``, 3 files)
   and writes it with ``writeStream.format("pylog")`` (a 4-partition topic, the sink's
-  defaults) or with Spark's ``writeStream.format("parquet")``;
+  defaults), with Spark's ``writeStream.format("parquet")``, or with a Python sink that drops
+  its input (the floor of any Python sink: the Python processes Spark starts for it);
 - read: ``readStream.format("pylog")`` of a 4-partition topic (``maxOffsetsPerTrigger`` a
   third of it) or ``readStream.parquet`` of the same rows (3 files, ``maxFilesPerTrigger=1``),
   both into Spark's ``noop`` sink;
@@ -25,8 +26,9 @@ an empty directory and runs the install's warm-up step there first (``python -m
 pylog.tools.warm_kernels``, timed), so the figures are those of a fresh installation.
 
 Prints a table and, as its last line, one JSON object with every run and the ratios
-``write_ratio``, ``read_ratio`` (pylog's first batch ÷ its peer's) and ``cli_ratio``
-(``consume`` ÷ ``describe`` wall time).
+``write_ratio``, ``read_ratio`` (pylog's first batch ÷ the parquet one's),
+``write_ceiling_ratio`` (÷ the dropping Python sink's) and ``cli_ratio`` (``consume`` ÷
+``describe`` wall time).
 """
 
 from __future__ import annotations
