@@ -276,10 +276,39 @@ def read_problem(
             return problem
         checked.add(("overlap", id(seg)))
     problem = gap_problem(segments, offset, checked) if gaps else None
-    if problem is None and gaps and dense is not None and seg.base_offset > offset:
+    if problem is None and seg.base_offset > offset:
         within = [k for k in range(j) if segments[k].base_offset <= offset]  # (none: below the log)
-        return hole_at(segments, within[-1], checked, dense) if within else None
+        if within and gaps and dense is not None:
+            problem = hole_at(segments, within[-1], checked, dense)
+        if problem is None and within:
+            problem = torn_end_at(segments, within[-1], checked)
     return problem
+
+
+def torn_end_at(segments: list[LogSegment], i: int, checked: Checked) -> str | None:
+    """A read found no batch at or after an offset in ``segments[i]`` and went on to a later
+    segment: whether ``segments[i]``, a sealed segment, ends with bytes that are not a complete
+    batch (cut short mid-batch).  That is damage whatever the cleanup policy (a writer rolls a
+    segment only after its last batch is whole; compaction leaves gaps of offsets, never torn
+    batches).  Each segment is checked once; retired (``.deleted``) files are not."""
+    if not 0 <= i < len(segments) - 1 or ("torn", id(segments[i])) in checked:
+        return None
+    a = segments[i]
+    if ".deleted" in (a.suffix, segments[i + 1].suffix):
+        return None
+    try:
+        size = a.size
+        valid = _complete_end(a) if size else 0
+    except OSError as e:  # (a segment removed meanwhile: the reader lists again)
+        raise StorageError(f"{a.log_path}: cannot read: {e.strerror or e}") from e
+    if valid < size:
+        return (
+            f"{a.log_path}: its last {size - valid} bytes, from byte {valid}, are not a complete "
+            f"batch (the sealed segment was cut short; offsets from {a.read_next_offset()} up to "
+            f"{segments[i + 1].base_offset - 1} may have been lost)"
+        )
+    checked.add(("torn", id(a)))
+    return None
 
 
 def damaged_log_error(directory: str, problems: Iterable[str], *, writer: bool) -> DamagedLogError:
@@ -314,4 +343,5 @@ __all__ = [
     "overlaps",
     "read_problem",
     "segment_logs",
+    "torn_end_at",
 ]

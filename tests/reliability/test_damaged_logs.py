@@ -393,3 +393,38 @@ def test_metadata_claiming_too_many_partitions_is_refused(
     assert main(["describe", str(tmp_path)]) == 1
     assert "pylog-topics.json" in capsys.readouterr().err
     assert time.monotonic() - t0 < 5
+
+
+@pytest.mark.parametrize("policy", ["compact", "delete"])
+def test_sealed_segment_cut_mid_batch_is_never_read_past_silently(tmp_path: Path, policy: str) -> None:
+    """A sealed segment whose last batch was cut short mid-batch: a read that reaches the cut
+    raises ``DamagedLogError`` naming the file and byte, whatever ``cleanup.policy`` says
+    (compaction leaves gaps of offsets, never torn batches), after the records before it."""
+    d = four_segments(tmp_path, {"cleanup.policy": policy})
+    seg = d / name(25)
+    size = seg.stat().st_size
+    with open(seg, "r+b") as f:
+        f.truncate(size - 10)  # the last batch (offsets 45..49) loses its end
+    with pytest.raises(DamagedLogError, match=rf"{name(25)}.*not a complete batch"):
+        values(tmp_path)
+    with pylog.open(tmp_path, read_only=True) as reader:
+        before = reader.read_table("t", end_offset=45)["value"].to_pylist()
+        assert before == expected(0, 45)
+        assert reader.read_table("t", start_offset=50)["value"].to_pylist() == expected(50, 100)
+
+
+def test_compacted_topic_reads_across_the_gaps_compaction_left(tmp_path: Path) -> None:
+    """The gaps compaction leaves between segments (whole batches removed) are read across
+    without a damage error: one record per key survives, the newest."""
+    with pylog.open(tmp_path) as root:
+        root.create_topic(
+            "c", 1, {"cleanup.policy": "compact", "segment.bytes": "600", "min.cleanable.dirty.ratio": "0.01"}
+        )
+        for i in range(200):
+            root.append("c", [b"v%03d" % i], key=[b"k%d" % (i % 7)], partition=0)
+        maintain(root, now=int(time.time() * 1000), force=True)
+    with pylog.open(tmp_path, read_only=True) as reader:
+        t = reader.read_table("c")
+    latest = {b"k%d" % (i % 7): b"v%03d" % i for i in range(200)}
+    got = dict(zip(t["key"].to_pylist(), t["value"].to_pylist(), strict=True))
+    assert got == latest
