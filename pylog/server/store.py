@@ -282,6 +282,11 @@ class Store:
         except Exception as e:  # maintenance never fails a produce: the next run tries again
             log.warning("maintenance failed: %s", e)
             return
+        if report.budget_exhausted:  # work left: the next run (a commit's or the timer's) resumes it
+            if partitions is None:
+                self._last_full_maintenance -= RETENTION_CHECK_INTERVAL_MS / 1000
+            else:
+                self._dirty.update(partitions)
         self.stats.maintenance_runs += 1
         self.stats.maintenance_seconds += self._clock() - self._last_maintenance
         if report.segments_deleted or report.cleaning:
