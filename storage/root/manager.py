@@ -15,6 +15,7 @@ at broker start.  ``close()`` flushes, writes the checkpoints and the clean-shut
 :class:`Root` ties together the parts of the root, each in its own module:
 :mod:`~pylog.storage.root.metadata` (the topics, ``pylog-topics.json``),
 :mod:`~pylog.storage.root.writer` (the writer lock, recovery, checkpoints),
+:mod:`~pylog.storage.root.repair` (repairing damaged partitions: the ``Repairs`` mixin),
 :mod:`~pylog.storage.root.routing` (the partition of each appended record),
 :mod:`~pylog.storage.root.publish` (acknowledgement and exactly-once publishing),
 :mod:`~pylog.storage.root.txn` (transactions on object stores: the ``Transactions`` mixin) and
@@ -37,15 +38,16 @@ import pyarrow as pa
 from pylog.storage.backends.base import Storage, join
 from pylog.storage.backends.objectstore.storage import ObjectStorage
 from pylog.storage.config import LogConfig, validate_topic_name
-from pylog.storage.errors import ConfigError, DamagedLogError, PylogError, ReadOnlyError, TopicExistsError
+from pylog.storage.errors import ConfigError, PylogError, ReadOnlyError, TopicExistsError
 from pylog.storage.faults import Faults
 from pylog.storage.partition.listing import first_base_offset
 from pylog.storage.partition.loader import Recovery
 from pylog.storage.partition.log import AppendInfo, Log
 from pylog.storage.root import publish as pub
-from pylog.storage.root import writer
+from pylog.storage.root import topics, writer
 from pylog.storage.root.metadata import MAX_PARTITIONS, TopicMetadata, partition_count, partition_dir
 from pylog.storage.root.reading import TableReading
+from pylog.storage.root.repair import Repairs
 from pylog.storage.root.routing import Router
 from pylog.storage.root.schema import TABLE_SCHEMA
 from pylog.storage.root.txn import Transactions, mutation
@@ -56,7 +58,7 @@ _logger = logging.getLogger("pylog.storage")
 __all__ = ["CLEAN_SHUTDOWN", "TABLE_SCHEMA", "Root", "partition_dir"]
 
 
-class Root(Transactions, TableReading):
+class Root(Transactions, TableReading, Repairs):
     """Topics under one directory.  Use :func:`pylog.open`."""
 
     def __init__(self, storage: Storage, *, read_only: bool = False, lock_timeout: float = 0.0):
@@ -184,6 +186,22 @@ class Root(Transactions, TableReading):
         return old + count
 
     @mutation
+    def delete_topic(self, name: str, *, if_exists: bool = False) -> bool:
+        """Delete a topic, its data and the consumer groups' offsets of its partitions (Kafka's
+        ``DeleteTopics``): readers see it whole or gone, a crash midway is completed by the next
+        writer (:mod:`~pylog.storage.root.topics`).  An unknown topic raises
+        :class:`UnknownTopicError`, or returns False with ``if_exists``.
+
+        >>> import pylog, tempfile
+        >>> root = pylog.open(tempfile.mkdtemp())
+        >>> root.create_topic("events", partitions=2)
+        >>> root.delete_topic("events"), root.topics(), root.delete_topic("events", if_exists=True)
+        (True, [], False)
+        >>> root.close()
+        """
+        return topics.delete_topic(self, name, if_exists=if_exists)
+
+    @mutation
     def alter_config(self, topic: str, config: Mapping[str, Any]) -> None:
         """Merge Kafka topic configs into ``topic``'s configuration."""
         self._ensure_writer()
@@ -214,6 +232,7 @@ class Root(Transactions, TableReading):
             lg.close()
         self._logs.clear()
         self._writer = lock
+        topics.finish_deletes(self)  # deletions a crash interrupted
 
     def _partition_key(self, topic: str, partition: int) -> tuple[str, int]:
         n = self.partitions(topic)
@@ -270,92 +289,6 @@ class Root(Transactions, TableReading):
     def writable_log(self, topic: str, partition: int) -> Log:
         self._ensure_writer()
         return self.log(topic, partition)
-
-    @mutation
-    def recover(self, *, accept_data_loss: bool = False) -> list[writer.Repair]:
-        """Open every partition as the writer (recovering what a crash left, see
-        :attr:`recoveries`) and repair the damaged ones (:class:`DamagedLogError`: files removed,
-        renamed or copied from outside; see :mod:`~pylog.storage.root.writer`).
-
-        Every batch of every partition is read and checked (CRC, offsets increasing, segments
-        reaching each other), also where a writer opens the log without complaint: recovery
-        after a clean shutdown scans no segment but the active one's tail, and a bad CRC in an
-        older segment is found here (or by ``pylog verify``, or the read that reaches it).
-
-        A repair that loses nothing (renaming a misnamed segment, dropping a log-start
-        checkpoint entry beyond the end) is applied.  One that loses data (removing a segment
-        whose offsets another one holds, ending the log at its first invalid byte or at offsets
-        no segment holds, lowering the high watermark to the log end) is applied only with
-        ``accept_data_loss``; otherwise it is returned unapplied, stating in ``lost`` what it
-        would lose, and the partition stays damaged.  Returns the repairs of the damaged
-        partitions (empty: none was damaged)."""
-        self._ensure_writer()
-        repairs = []
-        for topic in self.topics():
-            for p in range(self.partitions(topic)):
-                repair = self._repair(topic, p, accept_data_loss)
-                if repair is not None:
-                    repairs.append(repair)
-        self.checkpoint()
-        return repairs
-
-    def _repair(self, topic: str, partition: int, accept_data_loss: bool) -> writer.Repair | None:
-        key = (topic, partition)
-        first: writer.Repair | None = None
-        for _ in range(3):  # recovery may find invalid bytes once the names are right: plan again
-            try:
-                lg = self.log(topic, partition)
-            except DamagedLogError as e:
-                plan = writer.plan_repair(
-                    self.storage,
-                    topic,
-                    partition,
-                    self.config(topic),
-                    problems=e.problems,
-                    log_start_offset=self._start_offsets.get(key, 0),
-                    high_watermark=self.high_watermark(*key),
-                )
-            else:  # every batch checked: damage that recovery after a clean shutdown does not see
-                plan = writer.plan_repair(
-                    self.storage,
-                    topic,
-                    partition,
-                    self.config(topic),
-                    problems=[],
-                    log_start_offset=self._start_offsets.get(key, 0),
-                    high_watermark=self.high_watermark(*key),
-                    segments=lg.segments,
-                )
-                if not plan.describe():
-                    return first
-                if accept_data_loss or not plan.lost:  # (else reported below, the log left open)
-                    self._logs.pop(key).close()  # before its files change; reopened below
-            if first is not None:  # a second round: report its steps with the first
-                first.problems += plan.problems
-                first.renames += plan.renames
-                first.removals += plan.removals
-                first.cut = plan.cut or first.cut
-                first.lost += plan.lost
-                first.lost_records += plan.lost_records
-                first.lost_offsets += plan.lost_offsets
-                first.reset_log_start = first.reset_log_start or plan.reset_log_start
-                if plan.high_watermark is not None:
-                    old = first.high_watermark[0] if first.high_watermark else plan.high_watermark[0]
-                    first.high_watermark = (old, plan.high_watermark[1])
-            first = first or plan
-            if plan.lost and not accept_data_loss:
-                first.applied = False
-                return first
-            writer.apply_repair(self.storage, plan)
-            if plan.reset_log_start is not None:
-                self._start_offsets.pop(key, None)
-                self.checkpoint()
-            if plan.high_watermark is not None:
-                self._state.high_watermarks[key] = plan.high_watermark[1]
-                pub.write_state(self.storage, self._state)
-            first.applied = True
-        self.log(topic, partition)  # still damaged: raises
-        return first
 
     # ------------------------------------------------------------------ data
 

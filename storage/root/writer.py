@@ -23,12 +23,8 @@ offsets a second value) stop it.  The writer raises :class:`DamagedLogError` nam
 Older segments are not read to open a log (its cost does not grow with their number): damage
 there is found by the read that reaches it, which raises the same error for the offsets
 concerned (never fewer rows), as a reader does, and by ``pylog verify`` and ``pylog recover``.
-:func:`plan_repair` and :func:`apply_repair` (``pylog recover``, :meth:`Root.recover`) make it
-writable again, and find the damage a writer does not look for (a bad CRC or a batch cut short
-in a segment recovery does not scan): a misnamed segment is renamed after its first batch and a
-bogus log-start checkpoint entry dropped, which lose nothing; removing a segment whose offsets
-another one holds, ending the log at its first invalid byte or at offsets no segment holds, or
-lowering the high watermark to the log end, lose data and are only done when that is accepted.
+:mod:`~pylog.storage.root.repair` (``pylog recover``, :meth:`Root.recover`) makes it writable
+again.
 """
 
 from __future__ import annotations
@@ -37,18 +33,13 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-
-import numpy as np
+from dataclasses import dataclass
 
 from pylog.storage.backends.base import Storage
-from pylog.storage.codec import batch as B
 from pylog.storage.config import LogConfig
 from pylog.storage.errors import (
     CorruptCheckpointError,
-    CorruptRecordError,
     LogLockedError,
-    PylogError,
     StorageError,
     os_error_fix,
     os_error_reason,
@@ -59,7 +50,6 @@ from pylog.storage.partition import layout
 from pylog.storage.partition.checkpoint import Offsets
 from pylog.storage.partition.loader import Recovery, load_log
 from pylog.storage.partition.log import Log
-from pylog.storage.partition.segment import LogSegment, relative_headers, segment_name
 from pylog.storage.partition.segments import made_segments
 from pylog.storage.root.metadata import partition_dir, root_step
 from pylog.storage.root.publish import STATE_FILE
@@ -167,7 +157,7 @@ def open_log(
         lg.damage = _reader_damage(lg, log_start_offset, high_watermark)
         lg.high_watermark = high_watermark
         return lg, None
-    with _naming_io_errors(directory, "checking the segments of"):
+    with naming_io_errors(directory, "checking the segments of"):
         # the segments the load read and the one before them: what an append depends on (the
         # older ones are checked as they are read, see Log)
         checked = lg.segments[max(0, result.checked_from - 1) :]
@@ -196,7 +186,7 @@ def open_log(
 
 
 @contextlib.contextmanager
-def _naming_io_errors(directory: str, doing: str) -> Iterator[None]:
+def naming_io_errors(directory: str, doing: str) -> Iterator[None]:
     """An ``OSError`` becomes a :class:`StorageError` naming the file (nothing was changed)."""
     try:
         yield
@@ -271,257 +261,3 @@ def mark_clean_shutdown(storage: Storage) -> None:
     """The next writer may skip recovery (written after the logs were closed and checkpointed)."""
     with root_step(storage, CLEAN_SHUTDOWN, "write it"):
         storage.write_atomic(CLEAN_SHUTDOWN, CLEAN_SHUTDOWN_CONTENT)
-
-
-# ---------------------------------------------------------------------- repairing damaged logs
-
-
-@dataclass
-class Repair:
-    """What ``pylog recover`` does to make a damaged partition writable again, and what that
-    loses (``lost`` empty: nothing).  File paths are relative to the root."""
-
-    topic: str
-    partition: int
-    problems: list[str]
-    """What is wrong (the :class:`DamagedLogError`'s problems)."""
-    renames: list[tuple[str, str]] = field(default_factory=list)
-    """``.log`` files renamed after their first batch (their offset indexes are rebuilt)."""
-    removals: list[str] = field(default_factory=list)
-    """``.log`` files removed with their indexes."""
-    cut: tuple[str, int] | None = None
-    """(``.log`` file, size): the file truncated to its valid batches (invalid bytes from there on:
-    a bad CRC, offsets out of order, a batch cut short), its indexes rebuilt."""
-    reset_log_start: int | None = None
-    """A log-start checkpoint entry dropped (it pointed beyond the log's end)."""
-    high_watermark: tuple[int, int] | None = None
-    """(old, new): the high watermark lowered to the log end."""
-    lost: list[str] = field(default_factory=list)
-    """What the repair loses, one statement each."""
-    lost_records: int = 0
-    """Records in removed segments."""
-    lost_offsets: int = 0
-    """Acknowledged offsets below the old high watermark that are no longer readable."""
-    applied: bool = False
-
-    def describe(self) -> list[str]:
-        """The repair's steps and losses, one line each."""
-        steps = [f"rename {a} to {b}" for a, b in self.renames]
-        steps += [f"remove {f}" for f in self.removals]
-        if self.cut is not None:
-            steps.append(f"truncate {self.cut[0]} to {self.cut[1]} bytes (its valid batches)")
-        if self.reset_log_start is not None:
-            steps.append(
-                f"drop the {ckpt.LOG_START_OFFSET} entry {self.reset_log_start} (beyond the log end)"
-            )
-        if self.high_watermark is not None:
-            steps.append(
-                f"lower the high watermark from {self.high_watermark[0]} to {self.high_watermark[1]}"
-            )
-        return steps + [f"loses {what}" for what in self.lost]
-
-
-@dataclass
-class _Segment:
-    path: str
-    base: int
-    first: int | None  # offset of its first batch; None: no valid batch
-    end: int  # offset after its last valid batch (base if none)
-    records: int  # in its valid batches
-    size: int
-    valid: int = 0  # bytes of its valid batches (the file's size: all valid)
-    problem: str | None = None  # why the bytes from ``valid`` on are invalid
-
-
-def plan_repair(
-    storage: Storage,
-    topic: str,
-    partition: int,
-    config: LogConfig,
-    *,
-    problems: list[str],
-    log_start_offset: int,
-    high_watermark: int | None,
-    segments: list[LogSegment] | None = None,
-) -> Repair:
-    """The repair of a damaged partition, planned from a read-only view of its files (nothing
-    is changed), or from ``segments`` (a writer's open log).  Every batch is read and checked as
-    Kafka's recovery checks it (CRC, offsets increasing).  Segments are put in the order of their
-    first batches: each one whose offsets follow the previous one's is kept, renamed after its
-    first batch when its name does not fit; one whose offsets overlap those of a segment before
-    it is removed (its records are lost, or held twice).  The log then ends at its first invalid
-    byte (the segment holding it truncated there, every later one removed, as Kafka's recovery
-    does after a crash) or, where offsets are dense (see :func:`layout.dense_offsets`), at the
-    first segment that ends below the next one's base offset (offsets no segment holds: the later
-    segments are removed, so that no acknowledged offset is unreadable and none gets a second
-    value).  Then a log end below the high watermark lowers it, and a log-start checkpoint
-    entry beyond the end is dropped.  ``problems`` gets the damage found that is not in it."""
-    directory = partition_dir(topic, partition)
-    own = segments is None
-    if segments is None:
-        segments = load_log(storage, directory, config, read_only=True, had_clean_shutdown=True).log.segments
-    try:
-        with _naming_io_errors(directory, "planning the repair of"):
-            segs = [_describe_segment(seg) for seg in segments if seg.suffix == ""]
-    finally:
-        for seg in segments if own else []:
-            seg.close_files()
-    plan = Repair(topic, partition, list(problems))
-    content = sorted((s for s in segs if s.first is not None), key=lambda s: (s.first, s.base))
-    kept: list[_Segment] = []
-    for s in content:
-        assert s.first is not None
-        prev = kept[-1] if kept else None
-        if prev is not None and s.first < prev.end:
-            plan.removals.append(s.path)
-            plan.lost_records += s.records
-            plan.lost.append(
-                f"{s.records} records of {s.path} (offsets {s.first}..{s.end - 1}; offsets from "
-                f"{s.first} on are also held by {prev.path})"
-            )
-            continue
-        low = prev.end if prev is not None else -1
-        new_base = s.base if low <= s.base <= s.first else s.first
-        path = s.path
-        if new_base != s.base:
-            path = _renamed(s.path, new_base)
-            plan.renames.append((s.path, path))
-        kept.append(_Segment(path, new_base, s.first, s.end, s.records, s.size, s.valid, s.problem))
-    for s in (s for s in segs if s.first is None):  # empty (or not starting with a valid batch)
-        if any(k.base <= s.base < k.end or k.base == s.base for k in kept):
-            plan.removals.append(s.path)
-            if s.size:
-                plan.lost.append(f"{s.size} bytes of {s.path}, which do not start with a valid batch")
-        else:
-            kept.append(s)
-    kept.sort(key=lambda s: s.base)
-    kept = _end_at_damage(plan, kept, layout.dense_offsets(storage, directory, config), high_watermark)
-    leo = kept[-1].end if kept else 0
-    if high_watermark is not None and leo < high_watermark:
-        plan.high_watermark = (high_watermark, leo)
-        plan.lost_offsets = high_watermark - leo
-        plan.lost.append(
-            f"offsets {leo}..{high_watermark - 1} of {directory}: acknowledged (high watermark "
-            f"{high_watermark}) but in no segment; the next append gets offset {leo}"
-        )
-    if log_start_offset > min(leo, high_watermark if high_watermark is not None else leo):
-        plan.reset_log_start = log_start_offset
-    return plan
-
-
-def _end_at_damage(plan: Repair, kept: list[_Segment], dense: bool, hw: int | None) -> list[_Segment]:
-    """``kept`` (by base offset) up to the first invalid byte, or (``dense``) up to the first
-    segment that ends below the next one's base and below the high watermark ``hw`` (what lies
-    above it the writer's load truncates); what that cuts off goes into ``plan``."""
-    for k, s in enumerate(kept):
-        hole = dense and k + 1 < len(kept) and s.end < kept[k + 1].base and (hw is None or s.end < hw)
-        if s.problem is None and not hole:
-            continue
-        later = kept[k + 1 :]
-        if s.problem is not None:
-            if s.problem not in plan.problems:
-                plan.problems.append(s.problem)
-            plan.lost.append(f"{s.size - s.valid} bytes of {s.path} from byte {s.valid} on (invalid)")
-            if s.valid == 0 and k > 0:  # nothing valid: removed (it would end the log below its base)
-                later, s = kept[k:], kept[k - 1]
-            else:
-                plan.cut = (s.path, s.valid)
-        elif not plan.problems:  # (a writer's refusal states it already)
-            plan.problems.append(
-                f"{s.path} ends at offset {s.end} and {later[0].path} starts at {later[0].base}: offsets "
-                f"{s.end}..{later[0].base - 1} are held by no segment"
-            )
-        if later:
-            n = sum(x.records for x in later)
-            plan.removals += [x.path for x in later]
-            plan.lost_records += n
-            lo, hi = min(x.base for x in later), max(x.end for x in later)
-            segments = "the segment" if len(later) == 1 else f"the {len(later)} segments"
-            plan.lost.append(
-                f"{n} records of {segments} after it (offsets {lo}..{hi - 1}): the log ends at offset "
-                f"{s.end}, where the damage is, as recovery after a crash would end it"
-            )
-        return kept[: kept.index(s) + 1]
-    return kept
-
-
-def _describe_segment(seg: LogSegment) -> _Segment:
-    """The segment's valid batches (Kafka recovery's checks: CRC, offsets increasing; not its
-    base offset, which may be wrong) and why the bytes after them are invalid."""
-    first: int | None = None
-    end, records, valid, prev = seg.base_offset, 0, 0, -1
-    problem = None
-    try:
-        for loc in seg.iter_batches(0):
-            h = loc.headers
-            crc_ok = B.verify_crcs(loc.data, relative_headers(h, loc.start))
-            prevs = np.concatenate([[prev], h.last_offset[:-1]])
-            bad = ~crc_ok | (h.last_offset < h.base_offset) | (h.base_offset <= prevs)
-            n = int(np.argmax(bad)) if bad.any() else len(h)
-            if n:
-                first = int(h.base_offset[0]) if first is None else first
-                prev = int(h.last_offset[n - 1])
-                end = prev + 1
-                records += int(h.records_count[:n].sum())
-                valid = int(h.position[n - 1] + h.size[n - 1])
-            if n < len(h):
-                why = (
-                    "its CRC does not match its bytes"
-                    if not crc_ok[n]
-                    else (
-                        f"its offsets {int(h.base_offset[n])}..{int(h.last_offset[n])} do not follow offset "
-                        f"{int(prevs[n])}"
-                    )
-                )
-                problem = f"{seg.log_path}: the batch at byte {int(h.position[n])} is invalid: {why}"
-                break
-    except CorruptRecordError as e:
-        problem = f"{seg.log_path}: byte {e.position}: {e.reason}"
-    if problem is None and valid < seg.size:
-        problem = (
-            f"{seg.log_path}: {seg.size - valid} bytes at byte {valid} are not a complete batch (the "
-            f"file ends at byte {seg.size})"
-        )
-    return _Segment(seg.log_path, seg.base_offset, first, end, records, seg.size, valid, problem)
-
-
-def _renamed(path: str, base: int) -> str:
-    directory, _, _ = path.rpartition("/")
-    return f"{directory}/{segment_name(base)}.log"
-
-
-def apply_repair(storage: Storage, plan: Repair) -> None:
-    """Carry out the file changes of ``plan`` (removals, then renames, then the cut; the offset
-    and time indexes of renamed and cut segments are removed, and rebuilt when the writer loads
-    the log); the
-    caller changes the high watermark and the checkpoints.  Each step is atomic: a crash leaves
-    a log that is damaged less, which ``pylog recover`` repairs again."""
-    directory = partition_dir(plan.topic, plan.partition)
-    for path in plan.removals:
-        stem = path[: -len(".log")]
-        for ext in (".index", ".timeindex", ".txnindex", ".log"):
-            storage.delete(stem + ext)
-    pending = list(plan.renames)
-    while pending:
-        ready = [(a, b) for a, b in pending if not storage.exists(b)]
-        if not ready:
-            raise PylogError(
-                f"{directory}: cannot rename {', '.join(f'{a} to {b}' for a, b in pending)}: the new names "
-                "are taken; rename the files by hand"
-            )
-        for a, b in ready:
-            old, new = a[: -len(".log")], b[: -len(".log")]
-            for ext in (".index", ".timeindex", ".txnindex"):
-                storage.delete(new + ext)  # without a .log: left over, never this segment's
-            for ext in (".index", ".timeindex"):  # relative offsets: rebuilt under the new name
-                storage.delete(old + ext)
-            storage.rename(a, b)
-            if storage.exists(old + ".txnindex"):  # absolute offsets: still right
-                storage.rename(old + ".txnindex", new + ".txnindex")
-            pending.remove((a, b))
-    if plan.cut is not None:  # its indexes are rebuilt when the writer loads the log
-        path, size = plan.cut
-        for ext in (".index", ".timeindex", ".txnindex"):
-            storage.delete(path[: -len(".log")] + ext)
-        storage.truncate(path, size)
-    storage.fsync_dir(directory)
