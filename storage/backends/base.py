@@ -78,10 +78,6 @@ class Storage(ABC):
         """Durably replace ``path`` with ``data``: readers see the old or the new bytes."""
 
     @abstractmethod
-    def create_exclusive(self, path: str, data: bytes) -> bool:
-        """Create ``path`` with ``data`` unless it exists; True if this call created it."""
-
-    @abstractmethod
     def rename(self, src: str, dst: str) -> None:
         """Rename within the root (atomic on local disk; replaces ``dst``)."""
 

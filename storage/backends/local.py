@@ -450,23 +450,6 @@ class LocalStorage(Storage):
             os.replace(tmp, target)
         self._fsync_path(target.parent)
 
-    def create_exclusive(self, path: str, data: bytes) -> bool:
-        target = self.resolve(path)
-        try:
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            return False
-        except OSError as e:
-            raise StorageIOError.wrap(e, target, "create it") from e
-        try:
-            with naming_errors(target, "write it"):
-                os.write(fd, data)
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        self._fsync_path(target.parent)
-        return True
-
     def rename(self, src: str, dst: str) -> None:
         source, target = self.resolve(src), self.resolve(dst)
         with naming_errors(source, f"rename it to {target}"):

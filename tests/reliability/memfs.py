@@ -341,22 +341,6 @@ class MemStorage(Storage):
         self.rename(tmp, path)
         self.fsync_dir(parent)
 
-    def create_exclusive(self, path: str, data: bytes) -> bool:
-        self._alive()
-        if self._lookup(path) is not None:
-            return False
-        ino = self._create(path)
-        f = self._inodes[ino]
-        assert isinstance(f, _File)
-        self._fault("write", path)
-        f.data = bytearray(data)
-        self._step("write", path)
-        self._fault("fsync", path)
-        f.synced = bytes(data)
-        self._step("fsync", path)
-        self.fsync_dir(self._split(path)[0])
-        return True
-
     def rename(self, src: str, dst: str) -> None:
         self._alive()
         sp, sn = self._split(src)

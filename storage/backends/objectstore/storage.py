@@ -472,12 +472,6 @@ class ObjectStorage(Storage):
             e.data = bytearray(data)
             e.size = len(data)
 
-    def create_exclusive(self, path: str, data: bytes) -> bool:
-        if self.exists(path):
-            return False
-        self.write_atomic(path, data)
-        return True
-
     def rename(self, src: str, dst: str) -> None:
         src, dst = self.check_relative(src), self.check_relative(dst)
         self._check_writable(src)
