@@ -14,7 +14,7 @@ median and mean bytes it writes (PUT and create bodies; the mean includes the pe
 checkpoints), and the LIST requests per commit; and the objects under the root as it grows.
 ``pylog.file_delete_delay_ms`` is 5 s here so that superseded objects are deleted within the run.
 
-``--every-partition``: issue #30's workload instead: each commit appends 4 records to *every*
+``--every-partition``: a wide-write workload instead: each commit appends 4 records to *every*
 partition (one ``Root.append`` with an explicit partition per record), no maintenance in
 between, so segment objects accumulate (a partition's active segment is sealed past 4 KiB);
 reported per window (commits 20-50 and the last 30): the same figures, the median commit of
@@ -171,7 +171,7 @@ def run_commits(opts: dict[str, str], partitions: int, commits: int) -> dict[str
 def run_every_partition(
     opts: dict[str, str], partitions: int, commits: int, rows_file: str | None = None
 ) -> dict[str, Any]:
-    """Issue #30: 4 records to every partition per commit, no maintenance in between."""
+    """A wide write: 4 records to every partition per commit, no maintenance in between."""
     url = f"s3://{BUCKET}/{uuid.uuid4().hex[:12]}"
     root = pylog.open(url, opts)
     root.create_topic("t", partitions=partitions)
@@ -280,7 +280,7 @@ def main() -> None:
     ap.add_argument(
         "--every-partition",
         action="store_true",
-        help="issue #30: 4 records to every partition per commit, no maintenance",
+        help="4 records to every partition per commit, no maintenance",
     )
     ap.add_argument("--rows", help="--every-partition: write every commit's figures to this JSON file")
     ap.add_argument(

@@ -259,7 +259,7 @@ def test_produce_refuses_a_line_without_value(
     ("line", "named"),
     [
         (
-            '{"value": "a", "timestamp": -5}',  # was appended (Kafka's producer: InvalidTimestamp)
+            '{"value": "a", "timestamp": -5}',  # refused (Kafka's producer: InvalidTimestamp)
             "line 1: timestamp -5 is not epoch milliseconds in [0, 9223372036854775807] (Kafka's "
             "producer refuses negative timestamps)",
         ),

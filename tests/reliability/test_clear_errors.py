@@ -44,18 +44,18 @@ def cli(argv: list[str], monkeypatch: pytest.MonkeyPatch, stdin: str = "") -> in
 @pytest.mark.parametrize(
     ("kwargs", "named"),
     [
-        ({"timestamp": [1]}, "timestamp: has 1 values, expected 2"),  # was IndexError
-        ({"timestamp": [1, 2, 3]}, "timestamp: has 3 values, expected 2"),  # was silently truncated
-        ({"key": [b"k"]}, "key: has 1 values, expected 2"),  # was one record written, not two
-        ({"key": [b"a", b"b", b"c"]}, "key: has 3 values, expected 2"),  # was ArrowIndexError
+        ({"timestamp": [1]}, "timestamp: has 1 values, expected 2"),  # too few: no IndexError
+        ({"timestamp": [1, 2, 3]}, "timestamp: has 3 values, expected 2"),  # too many: not truncated
+        ({"key": [b"k"]}, "key: has 1 values, expected 2"),  # not one record of two
+        ({"key": [b"a", b"b", b"c"]}, "key: has 3 values, expected 2"),  # no ArrowIndexError
         ({"headers": [[]]}, "headers: has 1 values, expected 2"),
         ({"timestamp": 2**64}, f"out of range: expected epoch milliseconds in {RANGE}"),  # OverflowError
         ({"timestamp": [1e30, 1.0]}, f"row 0 is 1e+30; expected epoch milliseconds in {RANGE}"),
         ({"timestamp": [1.5, 1.0]}, "row 0 is 1.5"),
         ({"timestamp": ["x", "y"]}, "got 'x'"),
-        ({"headers": [[("k",)], []]}, "headers: record 0"),  # was ValueError from unpacking
-        ({"headers": [[], [(1, b"v")]]}, "headers: record 1"),  # was ArrowTypeError
-        ({"headers": [[], ["kv"]]}, "headers: record 1"),  # was the header "k" -> "v"
+        ({"headers": [[("k",)], []]}, "headers: record 0"),  # a 1-tuple: named, not unpacked
+        ({"headers": [[], [(1, b"v")]]}, "headers: record 1"),  # a non-str key: no ArrowTypeError
+        ({"headers": [[], ["kv"]]}, "headers: record 1"),  # a str is not split into "k" -> "v"
         ({"partition": 0.5}, "partition: expected an integer partition number, got 0.5"),
         ({"partition": "0"}, "partition: expected an integer partition number, got '0'"),
         ({"partition": True}, "partition: expected an integer partition number"),
@@ -82,7 +82,7 @@ def test_partition_column_of_floats_is_refused(root: pylog.Root) -> None:
 
 def test_datetime_and_integral_timestamps_are_taken(root: pylog.Root) -> None:
     when = datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc)
-    root.append("t", [b"a"], timestamp=when, partition=0)  # was TypeError: not subscriptable
+    root.append("t", [b"a"], timestamp=when, partition=0)  # one datetime for every record
     root.append("t", [b"b", b"c"], timestamp=[when, when], partition=0)
     root.append("t", [b"d"], timestamp=[1_700_000_000_000.0], partition=0)
     ts = root.read_table("t").column("timestamp").cast(pa.int64()).to_pylist()
@@ -93,7 +93,7 @@ def test_offset_for_timestamp_of_a_string(root: pylog.Root) -> None:
     root.append("t", [b"a"], timestamp=5, partition=0)
     lg = root.log("t", 0)
     with pytest.raises(ConfigError, match=r"timestamp: expected epoch milliseconds.*got 'x'"):
-        lg.offset_for_timestamp("x")  # was numpy's UFuncTypeError
+        lg.offset_for_timestamp("x")  # named, not a numpy error
     with pytest.raises(ConfigError, match=r"\[-9223372036854775808, 9223372036854775807\]"):
         lg.offset_for_timestamp(2**64)
     assert lg.offset_for_timestamp(5).offset == 0
@@ -159,7 +159,7 @@ def test_io_error_replacing_the_state_file_names_it(
 def test_produce_never_creates_a_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     missing = tmp_path / "typo"
     assert cli(["produce", str(missing), "t"], monkeypatch, '{"value": "a"}\n') == 1
-    assert not missing.exists()  # was created, with a "no topic" error afterwards
+    assert not missing.exists()  # a mistyped root is reported, not created
     assert "typo: no such directory (create-topic creates a root)" in capsys.readouterr().err
     assert cli(["create-topic", str(missing), "t"], monkeypatch) == 0
     assert missing.is_dir()
@@ -233,13 +233,13 @@ def test_json_commands_print_errors_as_json(
     capsys.readouterr()
     assert cli([a.format(r=r) for a in argv], monkeypatch) == 1
     out = capsys.readouterr().out
-    error = json.loads(out)["error"]  # was a line on stderr only
+    error = json.loads(out)["error"]  # on stdout as JSON, not only a line on stderr
     assert error["type"] == kind and error["command"] == argv[0] and error["message"]
 
 
 def test_unknown_storage_option_names_it_without_a_traceback(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     monkeypatch.setenv("PYLOG_STORAGE_OPTIONS", json.dumps({"bogus_option": "1", "secret": "hunter2"}))
-    assert cli(["describe", "s3://no-such-bucket/p"], monkeypatch) == 1  # was a TypeError traceback
+    assert cli(["describe", "s3://no-such-bucket/p"], monkeypatch) == 1  # an error, not a traceback
     err = capsys.readouterr().err
     assert "s3://no-such-bucket/p: cannot open the object-store root" in err
     assert "bogus_option" in err and "hunter2" not in err
@@ -302,7 +302,7 @@ def test_sink_refuses_kafka_options_that_change_what_is_written(
         ("kafka.value.serializer", "binary"),
         ("kafka.interceptor.classes", "interceptors"),
     ]:
-        with pytest.raises(ConfigError, match=f"option {name}: .*{advice}"):  # was a warning only
+        with pytest.raises(ConfigError, match=f"option {name}: .*{advice}"):  # refused, not only warned about
             parse_sink_options({**base, name: "x"}, streaming=False)
     with caplog.at_level("WARNING"):  # harmless producer settings of a migrated job: a warning
         got = parse_sink_options({**base, "kafka.acks": "all", "kafka.linger.ms": "5"}, streaming=False)
@@ -317,7 +317,7 @@ def test_a_directory_named_like_a_segment_is_named(tmp_path: Path) -> None:
     (tmp_path / "t-0" / "00000000000000000005.log").mkdir()
     reader = pylog.open(tmp_path, read_only=True)
     with pytest.raises(StorageError, match=r"t-0/00000000000000000005\.log: Is a directory \(errno 21\)"):
-        reader.read_table("t")  # was "the segment files changed each of the 50 times"
+        reader.read_table("t")  # named as such, not as files changing under the reader
     with (
         pylog.open(tmp_path) as w,
         pytest.raises(StorageError, match=r"00000000000000000005\.log: Is a directory"),

@@ -44,8 +44,8 @@ HEADERS_EXPECTED = (
 @pytest.mark.parametrize(
     ("headers", "got"),
     [
-        (pa.array([1, 2]), "int64"),  # was AttributeError: 'Int64Array' object has no attribute 'offsets'
-        (pa.array([[1], [2]]), "list<item: int64>"),  # was ArrowInvalid / KeyError on .field("key")
+        (pa.array([1, 2]), "int64"),  # named, not an AttributeError
+        (pa.array([[1], [2]]), "list<item: int64>"),  # named, not an Arrow or KeyError
         (pa.array([[{"k": "a", "v": b"1"}], []]), "list<item: struct<k: string, v: binary>>"),
         (pa.array([None, None]), "null"),
     ],
@@ -74,7 +74,7 @@ def test_headers_columns_of_the_header_type_are_taken(root: pylog.Root) -> None:
 @pytest.mark.parametrize(
     ("timestamp", "named"),
     [
-        (-5, "timestamp: -5 is before 1970-01-01"),  # was appended as -5
+        (-5, "timestamp: -5 is before 1970-01-01"),  # refused, as Kafka's producer does
         (-1, "timestamp: -1 is before 1970-01-01"),  # Kafka's "no timestamp" of v0/v1 messages only
         ([1, -5], "timestamp: row 1 is -5, before 1970-01-01"),
         (np.array([-2, 1]), "timestamp: row 0 is -2, before 1970-01-01"),
@@ -111,7 +111,7 @@ NAIVE = r"is a datetime without tzinfo; give tzinfo=timezone.utc \(or the zone i
 @pytest.mark.parametrize(
     "timestamp",
     [
-        datetime(2024, 1, 1),  # was taken as local time (and read_table took it as UTC)
+        datetime(2024, 1, 1),  # its zone is unknown: neither local time nor UTC is assumed
         [UTC_2024, datetime(2024, 1, 1)],
     ],
 )

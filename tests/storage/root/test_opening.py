@@ -19,14 +19,14 @@ from pylog.storage.backends import local
 
 
 def test_a_regular_file_is_not_a_root_directory(tmp_path: Path) -> None:
-    """Was a raw ``FileExistsError`` (writers) and "no such directory" (readers)."""
+    """A file given as a root is named as a file, to writers and readers alike."""
     file = tmp_path / "notes.txt"
     file.write_text("not a root")
     for read_only in (False, True):
         with pytest.raises(StorageError, match=f"^{re.escape(str(file))}: is a file, not a root directory"):
             pylog.open(file, read_only=read_only)
     with pytest.raises(StorageError) as e:
-        pylog.open(file / "root")  # (a file among its parents: was NotADirectoryError)
+        pylog.open(file / "root")  # a file among its parents: named, not a NotADirectoryError
     assert (
         str(e.value)
         == f"{file / 'root'}: cannot create the root directory: {file} is a file, not a directory"
@@ -36,7 +36,7 @@ def test_a_regular_file_is_not_a_root_directory(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("path", ["", "file://"])
 def test_an_empty_path_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str) -> None:
-    """Was the current directory, opened (and written to) as a root."""
+    """An empty path is refused: the current directory is never opened (or written to) as a root."""
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigError, match=r"^path: '.*' is empty; name the root directory"):
         pylog.open(path)
@@ -48,7 +48,7 @@ def test_an_empty_path_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     [(5, "got int 5"), (b"/tmp/root", "got bytes b'/tmp/root'"), (None, "got NoneType None")],
 )
 def test_a_path_that_is_not_a_str_or_pathlike_is_named(path: object, named: str) -> None:
-    """Was ``TypeError: expected str, bytes or os.PathLike object, not int`` (and bytes were taken)."""
+    """A path of another type (bytes too) is refused naming its type and value."""
     with pytest.raises(ConfigError, match=f"^path must be a str or os.PathLike, {named}"):
         pylog.open(path)  # type: ignore[arg-type]
 
