@@ -45,7 +45,7 @@ from pylog.storage.partition.loader import Recovery
 from pylog.storage.partition.log import AppendInfo, Log
 from pylog.storage.root import publish as pub
 from pylog.storage.root import topics, writer
-from pylog.storage.root.metadata import MAX_PARTITIONS, TopicMetadata, partition_count, partition_dir
+from pylog.storage.root.metadata import MAX_PARTITIONS, partition_count, partition_dir
 from pylog.storage.root.reading import TableReading
 from pylog.storage.root.repair import Repairs
 from pylog.storage.root.routing import Router
@@ -69,12 +69,11 @@ class Root(Transactions, TableReading, Repairs):
         self._writer: contextlib.ExitStack | None = None
         self._had_clean_shutdown = False
         self._recovery_points: dict[tuple[str, int], int] = {}
+        self.recoveries: list[Recovery] = []
         # readers honour the log start offsets too: retention checkpoints the new start before it
         # renames segments, so a reader never sees retention half done (test_crash_points.py)
-        self._start_offsets = writer.read_start_offsets(storage)
-        self.recoveries: list[Recovery] = []
-        self._meta = TopicMetadata.load(storage)
-        self._state = pub.read_state(storage)
+        files = writer.read_root(storage)
+        self._start_offsets, self._meta, self._state = files.start_offsets, files.meta, files.state
         self.faults = Faults()
         """The named steps of its changes and its logs', for fault injection (pylog.storage.faults)."""
         self._failed: BaseException | None = None
@@ -218,21 +217,25 @@ class Root(Transactions, TableReading, Repairs):
                 f"{self.storage.describe()}: an earlier append or publish failed ({self._failed}); close "
                 "and reopen the root (its recovery removes what that call wrote)"
             ) from self._failed
-        if self._writer is not None:
-            return
+        if self._writer is None:
+            self._open_for_writing()
+
+    def _open_for_writing(self) -> None:
+        """Become the writer of this root at its first change; the steps, in order (the whole
+        sequence of opening a root for writing: :mod:`~pylog.storage.root.writer`)."""
         if self.read_only:
             raise ReadOnlyError(f"{self.storage.describe()} was opened read-only")
-        lock = writer.take_lock(self.storage, self.lock_timeout)
-        start = writer.start_writing(self.storage)
-        self._had_clean_shutdown = start.had_clean_shutdown
-        self._recovery_points = start.recovery_points
-        self._start_offsets = start.start_offsets
-        self._state = pub.read_state(self.storage)
-        for lg in self._logs.values():  # logs opened by a reader are reopened as the writer
+        start = writer.become_writer(self.storage, self.lock_timeout)  # lock, marker, checkpoints, state
+        self._had_clean_shutdown, self._state = start.had_clean_shutdown, start.state
+        self._recovery_points, self._start_offsets = start.recovery_points, start.start_offsets
+        self._close_logs()  # logs opened by a reader are reopened as the writer
+        self._writer = start.lock
+        topics.finish_deletes(self)  # deletions a crash interrupted
+
+    def _close_logs(self) -> None:
+        for lg in self._logs.values():
             lg.close()
         self._logs.clear()
-        self._writer = lock
-        topics.finish_deletes(self)  # deletions a crash interrupted
 
     def _partition_key(self, topic: str, partition: int) -> tuple[str, int]:
         n = self.partitions(topic)

@@ -36,7 +36,7 @@ from pylog.storage.errors import CommitConflictError, PylogError
 from pylog.storage.partition import checkpoint as ckpt
 from pylog.storage.root import publish as pub
 from pylog.storage.root.metadata import TopicMetadata
-from pylog.storage.root.writer import mark_clean_shutdown, read_start_offsets
+from pylog.storage.root.writer import mark_clean_shutdown, read_root
 
 if TYPE_CHECKING:
     from pylog.storage.backends.base import Storage
@@ -167,9 +167,8 @@ class Transactions:
         self._failed = None
         self._had_clean_shutdown = True  # the commit wrote the clean-shutdown marker
         self._recovery_points = ckpt.read_offsets(self.storage, ckpt.RECOVERY_POINT)
-        self._start_offsets = read_start_offsets(self.storage)
-        self._meta = TopicMetadata.load(self.storage)
-        self._state = pub.read_state(self.storage)
+        files = read_root(self.storage)
+        self._start_offsets, self._meta, self._state = files.start_offsets, files.meta, files.state
         self._kept_snapshot = st.snapshot
 
     def _end_transaction(self, st: ObjectStorage, *, refresh: bool) -> None:
@@ -194,9 +193,8 @@ class Transactions:
         self._failed = None
         self._had_clean_shutdown = False
         self._recovery_points = {}
-        self._start_offsets = read_start_offsets(self.storage)
-        self._meta = TopicMetadata.load(self.storage)
-        self._state = pub.read_state(self.storage)
+        files = read_root(self.storage)
+        self._start_offsets, self._meta, self._state = files.start_offsets, files.meta, files.state
 
     def refresh(self) -> None:
         """See what other writers published since this root was opened (object stores; on

@@ -1,14 +1,30 @@
-"""Becoming the writer of a root, recovering its logs, and leaving them ready for the next one.
+"""Opening a root: what it reads, becoming its writer, opening (recovering) its logs, and
+leaving them ready for the next writer.
 
     <root>/.lock                             writer lock (one writer process at a time)
     <root>/.kafka_cleanshutdown              present only after a clean close
     <root>/recovery-point-offset-checkpoint  <root>/log-start-offset-checkpoint
 
+Opening a root for writing is one sequence, in this order (each step one call):
+
+1. :func:`~pylog.storage.root.opening.open_root` picks the storage (local disk, or an object
+   store, which loads its newest state) and makes the ``Root``;
+2. :func:`read_root`: the root reads what any reader reads - the log start offsets, the
+   topics (``pylog-topics.json``) and the high watermarks (``pylog-state.json``);
+3. at the first change (``create_topic``, ``append``, ``publish``...), ``Root._open_for_writing``
+   runs :func:`become_writer` - the lock, the clean-shutdown marker, the checkpoints, the state
+   as the writer finds it - then drops the logs it opened as a reader and finishes what a
+   crash interrupted at root level;
+4. each partition's log, as first used (``Root.log``): :func:`open_log` - refuse a bad log
+   start, load and recover the log (:func:`~pylog.storage.partition.loader.load_log`), refuse
+   the damage an append depends on, truncate what lies past the high watermark.
+
 As a Kafka broker at start: the writer takes the lock, consumes the clean-shutdown marker (a
 crash from then on is an unclean shutdown) and reads the checkpoints; each log it opens is
 recovered from its recovery point unless the last shutdown was clean, and truncated back to
 its high watermark (bytes past it were written by an append or publish that never completed).
-On close it writes the checkpoints, then the marker.  Readers take no lock and recover nothing.
+On close it writes the checkpoints (:func:`write_checkpoints`), then the marker
+(:func:`mark_clean_shutdown`).  Readers take no lock and recover nothing.
 
 A writer never appends to a partition whose damage the append depends on (see
 :mod:`~pylog.storage.partition.layout`): before a log is loaded, a log-start checkpoint beyond
@@ -48,11 +64,11 @@ from pylog.storage.faults import Faults
 from pylog.storage.partition import checkpoint as ckpt
 from pylog.storage.partition import layout
 from pylog.storage.partition.checkpoint import Offsets
-from pylog.storage.partition.loader import Recovery, load_log
+from pylog.storage.partition.loader import LoadResult, Recovery, load_log
 from pylog.storage.partition.log import Log
 from pylog.storage.partition.segments import made_segments
-from pylog.storage.root.metadata import partition_dir, root_step
-from pylog.storage.root.publish import STATE_FILE
+from pylog.storage.root.metadata import TopicMetadata, partition_dir, root_step
+from pylog.storage.root.publish import STATE_FILE, PublishState, read_state
 
 log = logging.getLogger("pylog.storage")
 
@@ -60,6 +76,71 @@ LOCK_FILE = ".lock"
 CLEAN_SHUTDOWN = ".kafka_cleanshutdown"
 CLEAN_SHUTDOWN_CONTENT = b'{"version":0,"brokerEpoch":-1}'
 LOCK_RETRY_SECONDS = 0.02
+
+
+# ---------------------------------------------------------------------- what every root reads
+
+
+@dataclass
+class RootFiles:
+    """What a root reads when it is opened (and again whenever it takes a state it did not
+    write itself, on an object store)."""
+
+    start_offsets: Offsets
+    meta: TopicMetadata
+    state: PublishState
+
+
+def read_root(storage: Storage) -> RootFiles:
+    """Read the root in ``storage`` as a reader does (no lock, nothing written), in order: the
+    log start offsets (``log-start-offset-checkpoint``: readers honour them too, as retention
+    checkpoints a new start before it renames segments), the topics (``pylog-topics.json``)
+    and the high watermarks and sinks' batches (``pylog-state.json``)."""
+    start_offsets = read_start_offsets(storage)
+    meta = TopicMetadata.load(storage)
+    state = read_state(storage)
+    return RootFiles(start_offsets, meta, state)
+
+
+def read_start_offsets(storage: Storage) -> Offsets:
+    """The log start offsets for readers: retention checkpoints a new start before it renames
+    segments, so a reader honouring them never sees retention half done.  A damaged checkpoint
+    reads as empty here (a reader goes on; ``pylog verify`` reports it)."""
+    with contextlib.suppress(CorruptCheckpointError):
+        return ckpt.read_offsets(storage, ckpt.LOG_START_OFFSET)
+    return {}
+
+
+# ---------------------------------------------------------------------- becoming the writer
+
+
+@dataclass
+class WriterStart:
+    """What a new writer holds and learns from the root before it opens a log."""
+
+    lock: contextlib.ExitStack
+    """The writer lock, held until closed."""
+    had_clean_shutdown: bool
+    recovery_points: Offsets
+    start_offsets: Offsets
+    state: PublishState
+    """The high watermarks and sinks' batches as the writer found them."""
+
+
+def become_writer(storage: Storage, lock_timeout: float) -> WriterStart:
+    """Become the writer of the root in ``storage``, as a Kafka broker starts; the steps, in
+    order: take the writer lock (waiting up to ``lock_timeout`` seconds), consume the
+    clean-shutdown marker (a crash from then on is an unclean shutdown), read the recovery
+    points and the log start offsets, and read the state (``pylog-state.json``) as the writer.
+
+    A damaged checkpoint raises :class:`CorruptCheckpointError`: a writer never guesses.  The
+    logs are opened (recovered) afterwards, each as first used (:func:`open_log`)."""
+    lock = take_lock(storage, lock_timeout)
+    had_clean_shutdown = consume_clean_shutdown(storage)
+    recovery_points = ckpt.read_offsets(storage, ckpt.RECOVERY_POINT)
+    start_offsets = ckpt.read_offsets(storage, ckpt.LOG_START_OFFSET)
+    state = read_state(storage)
+    return WriterStart(lock, had_clean_shutdown, recovery_points, start_offsets, state)
 
 
 def take_lock(storage: Storage, timeout: float) -> contextlib.ExitStack:
@@ -77,38 +158,18 @@ def take_lock(storage: Storage, timeout: float) -> contextlib.ExitStack:
             time.sleep(LOCK_RETRY_SECONDS)
 
 
-@dataclass
-class WriterStart:
-    """What a new writer learns from the root before it opens a log."""
-
-    had_clean_shutdown: bool
-    recovery_points: Offsets
-    start_offsets: Offsets
-
-
-def start_writing(storage: Storage) -> WriterStart:
-    """Consume the clean-shutdown marker and read the checkpoints (the lock must be held).
-
-    A damaged checkpoint raises :class:`CorruptCheckpointError`: a writer never guesses."""
+def consume_clean_shutdown(storage: Storage) -> bool:
+    """Delete the clean-shutdown marker durably (the lock must be held); True if it was there:
+    the last writer closed cleanly, so the logs need no recovery."""
     with root_step(storage, CLEAN_SHUTDOWN, "delete it"):
         had_clean_shutdown = storage.exists(CLEAN_SHUTDOWN)
         storage.delete(CLEAN_SHUTDOWN)  # a crash from here on is an unclean shutdown
     with root_step(storage, "", "fsync the root directory"):
         storage.fsync_dir("")
-    return WriterStart(
-        had_clean_shutdown,
-        ckpt.read_offsets(storage, ckpt.RECOVERY_POINT),
-        ckpt.read_offsets(storage, ckpt.LOG_START_OFFSET),
-    )
+    return had_clean_shutdown
 
 
-def read_start_offsets(storage: Storage) -> Offsets:
-    """The log start offsets for readers: retention checkpoints a new start before it renames
-    segments, so a reader honouring them never sees retention half done.  A damaged checkpoint
-    reads as empty here (a reader goes on; ``pylog verify`` reports it)."""
-    with contextlib.suppress(CorruptCheckpointError):
-        return ckpt.read_offsets(storage, ckpt.LOG_START_OFFSET)
-    return {}
+# ---------------------------------------------------------------------- opening a log
 
 
 def open_log(
@@ -136,9 +197,7 @@ def open_log(
     of the log's changes too (:mod:`pylog.storage.faults`)."""
     directory = partition_dir(topic, partition)
     if writer:
-        problems = _start_problems(log_start_offset, high_watermark)
-        if problems:
-            raise layout.damaged_log_error(directory, problems, writer=True)
+        _refuse_start_beyond(directory, log_start_offset, high_watermark)
     result = load_log(  # (refuses misnamed segments before recovery could truncate them)
         storage,
         directory,
@@ -157,6 +216,26 @@ def open_log(
         lg.damage = _reader_damage(lg, log_start_offset, high_watermark)
         lg.high_watermark = high_watermark
         return lg, None
+    _refuse_damage(storage, directory, config, result, high_watermark)
+    lg.high_watermark = high_watermark
+    _truncate_unacknowledged(storage, directory, result, high_watermark)
+    return lg, result.recovery
+
+
+def _refuse_start_beyond(directory: str, log_start_offset: int, high_watermark: int | None) -> None:
+    """Before a writer loads a log: a log start beyond its high watermark is damage (loading
+    the log would delete every segment)."""
+    problems = _start_problems(log_start_offset, high_watermark)
+    if problems:
+        raise layout.damaged_log_error(directory, problems, writer=True)
+
+
+def _refuse_damage(
+    storage: Storage, directory: str, config: LogConfig, result: LoadResult, high_watermark: int | None
+) -> None:
+    """After a writer loaded a log: the damage an append depends on (see the module docstring)
+    raises :class:`DamagedLogError`, the log's files closed."""
+    lg = result.log
     with naming_io_errors(directory, "checking the segments of"):
         # the segments the load read and the one before them: what an append depends on (the
         # older ones are checked as they are read, see Log)
@@ -171,9 +250,15 @@ def open_log(
         for seg in made_segments(lg.segments):  # closed as found: nothing flushed or indexed
             seg.close_files()
         raise layout.damaged_log_error(directory, problems, writer=True)
-    lg.high_watermark = high_watermark
+
+
+def _truncate_unacknowledged(
+    storage: Storage, directory: str, result: LoadResult, high_watermark: int | None
+) -> None:
+    """Roll back what lies past the high watermark: written by an append or publish that never
+    completed, so never visible (reported in the recovery's ``unpublished_bytes``)."""
+    lg = result.log
     if high_watermark is not None and lg.log_end_offset > high_watermark:
-        # written by a publish that never completed: never visible, so roll it back
         with root_step(storage, directory, f"truncate what lies past the high watermark {high_watermark} in"):
             result.recovery.unpublished_bytes = lg.truncate_to(high_watermark)
         log.warning(
@@ -182,7 +267,6 @@ def open_log(
             result.recovery.unpublished_bytes,
             high_watermark,
         )
-    return lg, result.recovery
 
 
 @contextlib.contextmanager
