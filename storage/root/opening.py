@@ -3,7 +3,8 @@
 :func:`open_root` picks the storage of the root (local disk, or an object store through
 :class:`~pylog.storage.backends.objectstore.storage.ObjectStorage`) and opens a
 :class:`~pylog.storage.root.manager.Root` on it; :func:`open_staging` opens only the storage a
-writer's tasks stage into.
+writer's tasks stage into.  What the root then reads, and the steps by which it becomes the
+writer at its first change, are listed in order in :mod:`~pylog.storage.root.writer`.
 """
 
 from __future__ import annotations
