@@ -121,6 +121,10 @@ class TopicExistsError(PylogError):
     """``create_topic`` for a name the root already holds."""
 
 
+class UnknownGroupError(PylogError, LookupError):
+    """A consumer group without offsets in the root; the message lists the groups it has."""
+
+
 class ReadOnlyError(PylogError):
     """A change asked of a root opened with ``read_only=True``."""
 

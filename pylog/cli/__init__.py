@@ -6,8 +6,9 @@ imported here in the order ``pylog --help`` lists them:
 * :mod:`~pylog.cli.inspection_commands` — ``dump``, ``describe``, ``verify`` (read only)
 * :mod:`~pylog.cli.maintenance_commands` — ``compact``, ``retain``
 * :mod:`~pylog.cli.data_commands` — ``create-topic``, ``produce``, ``consume``, ``recover``
-* :mod:`~pylog.cli.admin_commands` — ``list-topics``, ``alter-config``, ``add-partitions``,
-  ``list-groups`` (what Kafka's operator tools do)
+* :mod:`~pylog.cli.admin_commands` — ``list-topics``, ``delete-topic``, ``alter-config``,
+  ``add-partitions``, ``list-groups``, ``describe-group``, ``delete-group`` (what Kafka's
+  operator tools do)
 * :mod:`~pylog.cli.serve_command` — ``serve`` (Kafka's protocol, :mod:`pylog.server`)
 
 Adding a subcommand is one more function decorated with :func:`~pylog.cli.registry.command`

@@ -59,7 +59,15 @@ class InputRecord(TypedDict, total=False):
 # ============================================================================ create-topic
 
 
-@command("create-topic", "create a topic with partitions and Kafka topic configs")
+@command(
+    "create-topic",
+    "create a topic with partitions and Kafka topic configs (kafka-topics.sh --create)",
+    "Create a topic with a number of partitions and Kafka topic configs (the others keep Kafka's "
+    "defaults); the root directory is created if missing. Takes the root's writer lock. Exit "
+    "status: 0 when the topic was created (or exists, with --if-not-exists), 1 when it exists, a "
+    "name or config is invalid (named, with the valid keys) or the root cannot be written, 2 for "
+    "bad arguments.",
+)
 def create_topic_command(parser: argparse.ArgumentParser) -> Runner:
     add_root_argument(parser, "the pylog root directory (created if missing)")
     parser.add_argument("topic", help="topic name: [a-zA-Z0-9._-], at most 249 characters")
@@ -226,7 +234,18 @@ e.g. {{"key": "user-1", "value": "{{\\"plan\\": \\"pro\\"}}", "headers": [["sour
 --format kv: KEY<separator>VALUE lines; --format value: one value per line, without key."""
 
 
-@command("produce", "append records read from stdin or a file (JSON lines, key/value or values)")
+@command(
+    "produce",
+    "append records read from stdin or a file (JSON lines, key/value or values)",
+    "Append records read from stdin (or --file) to a topic, as kafka-console-producer.sh: JSON "
+    'lines {"key", "value", "headers", "timestamp", "partition"} ("key_b64"/"value_b64" for '
+    "bytes), KEY<separator>VALUE lines (--format kv) or one value per line (--format value). A "
+    "record goes to the partition of its key (murmur2, as Kafka's producer) unless given one; "
+    "each --batch records are appended and acknowledged together. Takes the root's writer lock. "
+    "Exit status: 0 when every record was appended, 1 for an unknown topic, a bad input line "
+    "(named by its number; the batches before it stay appended) or a write error, 2 for bad "
+    "arguments.",
+)
 def produce_command(parser: argparse.ArgumentParser) -> Runner:
     parser.epilog = PRODUCE_INPUT
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -331,7 +350,18 @@ def format_record(row: dict[str, Any], fmt: str, separator: str) -> str:
     return json.dumps(out, ensure_ascii=False)
 
 
-@command("consume", "print records from an offset or timestamp; --follow waits for new ones")
+@command(
+    "consume",
+    "print records from an offset or timestamp; --follow waits for new ones",
+    "Print a topic's records, as kafka-console-consumer.sh: from the log start, an offset, a "
+    "timestamp or the end, one line per record (--json/--format jsonl: one JSON object per record "
+    "with its partition, offset, timestamp, key, value and headers; kv; value), in offset order "
+    "per partition. Reads only: no lock, safe beside a running writer; --follow polls for new "
+    "records until Ctrl-C. Exit status: 0 after the last record (or --max-messages, or Ctrl-C), 1 "
+    "for an unknown topic or partition, an offset out of range or a damaged log (the records "
+    "before the damage are printed), 2 for bad arguments; 141 when the reader of the output "
+    "closed it.",
+)
 def consume_command(parser: argparse.ArgumentParser) -> Runner:
     add_root_argument(parser)
     parser.add_argument("topic", help="the topic to read")

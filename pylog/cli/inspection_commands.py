@@ -114,7 +114,8 @@ def dump_command(parser: argparse.ArgumentParser) -> Runner:
     "Describe a pylog root (or a Kafka log directory): topics with their partition count and "
     "config overrides, and per partition the log start and end offsets, segments and bytes; "
     "then each consumer group's lag. Topics named after the root limit it to those. "
-    "Opens the root read-only: safe beside a running writer.",
+    "Opens the root read-only: safe beside a running writer. Exit status: 0, or 1 when the root "
+    "cannot be read or a topic named is unknown; 2 for bad arguments.",
 )
 def describe_command(parser: argparse.ArgumentParser) -> Runner:
     add_root_argument(parser)

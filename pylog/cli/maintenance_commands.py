@@ -181,7 +181,9 @@ def compact_command(parser: argparse.ArgumentParser) -> Runner:
     "Apply the retention policies of a root's logs: with cleanup.policy=delete, the oldest "
     "segments whose records are all older than retention.ms, or beyond retention.bytes, are "
     "deleted and the log start offset advances (written to log-start-offset-checkpoint); data not "
-    "yet flushed is never deleted.",
+    "yet flushed is never deleted. Takes the root's writer lock. Exit status: 0 when every log "
+    "could be processed, 1 if one is corrupt (it is left untouched) or on error, 2 for bad "
+    "arguments.",
 )
 def retain_command(parser: argparse.ArgumentParser) -> Runner:
     _common(parser)

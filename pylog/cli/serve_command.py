@@ -20,7 +20,7 @@ root (node 0, leader of every partition, coordinator of every group), so that Ka
 advertised but untested)
 produce to and consume from the files Spark reads.  It holds the root's writer lock while it
 runs, and runs retention and compaction between appends.  The first line on stdout says where it
-listens; SIGTERM or Ctrl-C stops it cleanly (exit status 0).
+listens (with --json, as one JSON object); SIGTERM or Ctrl-C stops it cleanly (exit status 0).
 Exit status: 0 after a clean stop, 1 when the root cannot be opened or the port is taken."""
 
 
@@ -66,6 +66,12 @@ def serve_command(parser: argparse.ArgumentParser) -> Runner:
     )
     parser.add_argument("--log-format", choices=("text", "json"), default="text", help="log lines on stderr")
     parser.add_argument("--log-level", choices=("debug", "info", "warning"), default="info")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help='print the first line (where it listens) as one JSON object {"host", "port", "root"}, '
+        "and errors as JSON; log lines: --log-format json",
+    )
 
     def run(args: argparse.Namespace) -> int:
         try:
@@ -98,10 +104,11 @@ def serve_command(parser: argparse.ArgumentParser) -> Runner:
         broker.coordinator.initial_rebalance_delay_ms = args.group_initial_rebalance_delay_ms
 
         def ready(b: Any) -> None:
-            print(
-                f"pylog serve: listening on {b.advertised_host}:{b.port} for {root.storage.describe()}",
-                flush=True,
-            )
+            where = root.storage.describe()
+            if args.json:
+                print(json.dumps({"host": b.advertised_host, "port": b.port, "root": where}), flush=True)
+            else:
+                print(f"pylog serve: listening on {b.advertised_host}:{b.port} for {where}", flush=True)
 
         try:
             asyncio.run(run_broker(broker, metrics_interval_s=args.metrics, ready=ready))

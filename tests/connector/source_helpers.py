@@ -7,7 +7,6 @@ object store that is what commits them (one manifest each)."""
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -18,7 +17,6 @@ import pyarrow as pa
 
 from pylog.storage.codec import records
 from pylog.storage.root.manager import Root, partition_dir
-from pylog.storage.root.metadata import TOPICS_FILE
 
 if TYPE_CHECKING:
     from tests.conftest import Backend
@@ -142,18 +140,9 @@ def remove_partition(root: Root, topic: str, partition: int) -> None:
 
 
 def delete_topic(root: Root, topic: str) -> None:
-    """Remove a topic as another tool would (metadata and partitions; one commit on an object
-    store); ``root`` must have no log open (on local disk no writer may be open at all)."""
-
-    def drop() -> None:
-        st = root.storage
-        doc = json.loads(st.read(TOPICS_FILE))
-        n = doc["topics"].pop(topic)["partitions"]
-        st.write_atomic(TOPICS_FILE, json.dumps(doc).encode())
-        for p in range(n):
-            _remove_dir(root, partition_dir(topic, p))
-
-    root.transaction(drop)
+    """Delete a topic as ``pylog delete-topic`` does (:meth:`Root.delete_topic`: one commit on
+    an object store); on local disk no other writer may be open."""
+    root.delete_topic(topic)
 
 
 def _remove_dir(root: Root, d: str) -> None:

@@ -1,0 +1,178 @@
+"""Root.delete_topic (storage/root/topics.py): a deleted topic is gone with its data, state and
+the consumer groups' offsets of its partitions; readers see it whole or gone, and a crash at any
+step leaves a root whose next writer has it whole or finishes the deletion."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from pylog.storage.errors import UnknownTopicError
+from pylog.storage.partition import checkpoint as ckpt
+from pylog.storage.root.consumers import read_consumer_offsets, write_consumer_offsets
+from pylog.storage.root.manager import Root
+from pylog.storage.root.topics import DELETING_PREFIX, pending_deletes
+from tests.conftest import Backend
+from tests.reliability.memfs import Crash, MemStorage
+
+GROUPS = {"both": {("a", 0): 1, ("a-1", 0): 1}, "only-a": {("a", 1): 1}}
+"""Consumer offsets before the deletion of topic ``a`` ("a-1" is a topic whose name extends it)."""
+
+STEPS = [
+    "delete-intent-written",
+    "topic-removed",
+    "topic-state-dropped",
+    "partition-deleted",
+    "topic-deleted",
+]
+
+
+def fill(root: Root) -> None:
+    root.create_topic("a", partitions=2, config={"cleanup.policy": "compact"})
+    root.create_topic("a-1")
+    root.append("a", [b"x", b"y", b"z"], key=[b"1", b"2", b"3"])
+    root.append("a-1", [b"kept"])
+    for group, offsets in GROUPS.items():
+        write_consumer_offsets(root.storage, group, offsets)
+
+
+def rows(root: Root, topic: str) -> list[bytes]:
+    return sorted(root.read_table(topic).column("value").to_pylist())
+
+
+def assert_deleted(root: Root) -> None:
+    """Topic ``a`` is gone without a trace; ``a-1`` and its group offsets are intact."""
+    assert root.topics() == ["a-1"] and rows(root, "a-1") == [b"kept"]
+    st = root.storage
+    assert not any(n.startswith(("a-0", "a-1-", "a-2")) and n != "a-1-0" for n in st.listdir(""))
+    assert not any(n.startswith("a-") and n[2:].isdigit() for n in st.listdir(""))
+    assert pending_deletes(st) == []
+    assert read_consumer_offsets(st) == {"both": {("a-1", 0): 1}}
+    assert all(t != "a" for t, _ in root._state.high_watermarks)
+    for path in (ckpt.RECOVERY_POINT, ckpt.LOG_START_OFFSET, ckpt.CLEANER_OFFSET):
+        assert all(t != "a" for t, _ in ckpt.read_offsets(st, path))
+
+
+def test_a_deleted_topic_is_gone_with_its_data_state_and_group_offsets(backend: Backend) -> None:
+    with backend.open() as root:
+        fill(root)
+        root.checkpoint()
+        commits = root.commits
+        assert root.delete_topic("a") is True
+        if not backend.is_local:
+            assert root.commits == commits + 1  # one manifest commit: all or nothing
+        assert_deleted(root)
+    with backend.open(read_only=True) as reader:
+        assert_deleted(reader)
+        with pytest.raises(UnknownTopicError, match="unknown topic 'a'"):
+            reader.read_table("a")
+    with backend.open() as root:  # created again: a new, empty topic
+        root.create_topic("a", partitions=2)
+        assert root.read_table("a").num_rows == 0
+        assert [root.log_start_offset("a", p) for p in (0, 1)] == [0, 0]
+        root.append("a", [b"new"], partition=1)
+        assert rows(root, "a") == [b"new"] and root.log("a", 1).log_end_offset == 1
+
+
+def test_an_unknown_topic_is_named_unless_if_exists(backend: Backend) -> None:
+    with backend.open() as root:
+        root.create_topic("t")
+        with pytest.raises(UnknownTopicError, match=r"unknown topic 'nope' in .*; topics: t"):
+            root.delete_topic("nope")
+        assert root.delete_topic("nope", if_exists=True) is False
+        assert root.topics() == ["t"]
+
+
+class Stop(Exception):
+    """Raised at a named step: the change stops there, as in a crash."""
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_stopped_at_a_named_step_the_topic_is_whole_or_deleted_by_the_next_writer(
+    backend: Backend, step: str
+) -> None:
+    with backend.open() as root:
+        fill(root)
+    root = backend.open()
+    seen: list[str] = []
+
+    def stop(name: str) -> None:
+        seen.append(name)
+        if name == step:
+            raise Stop(name)
+
+    root.faults.hook = stop
+    with pytest.raises(Stop):
+        root.delete_topic("a")
+    assert list(dict.fromkeys(s for s in seen if s in STEPS)) == STEPS[: STEPS.index(step) + 1]
+    if backend.is_local:  # the process is gone: its lock with it, no clean shutdown
+        assert root._writer is not None
+        root._writer.close()
+        root._writer = None
+        with backend.open(read_only=True) as reader:
+            whole = "a" in reader.topics()
+            assert whole == (step == "delete-intent-written")
+            if whole:
+                assert rows(reader, "a") == [b"x", b"y", b"z"]
+    else:  # the transaction was not committed: nothing of it is published
+        root.close()
+        with backend.open(read_only=True) as reader:
+            assert rows(reader, "a") == [b"x", b"y", b"z"] and pending_deletes(reader.storage) == []
+            assert read_consumer_offsets(reader.storage) == GROUPS
+        return
+    with backend.open() as root:
+        root.become_writer()  # finishes the deletion
+        assert_deleted(root)
+
+
+def open_writer(storage: MemStorage) -> Root:
+    """The next writer: it finishes a pending deletion, then recovers every partition left."""
+    root = Root(storage)
+    root.become_writer()
+    for topic in root.topics():
+        for p in range(root.partitions(topic)):
+            root.writable_log(topic, p)
+    return root
+
+
+def build() -> MemStorage:
+    st = MemStorage()
+    root = Root(st)
+    fill(root)
+    root.close()
+    return st
+
+
+def test_a_crash_after_any_write_leaves_a_root_with_the_topic_whole_or_deleted() -> None:
+    """Every mutating storage step of a deletion crashed in turn, recovered after a kill (all
+    that was written survives) and after a power cut (only what was fsynced)."""
+    st = build()
+    before = st.step_count
+    Root(st).delete_topic("a")
+    count = st.step_count - before
+    assert count > 10
+    outcomes = set()
+    for k in range(1, count + 1):
+        for how in ("kill", "power cut"):
+            st = build()
+            st.crash_after(k)
+            with pytest.raises(Crash):
+                Root(st).delete_topic("a")
+            after = st.kill() if how == "kill" else st.power_cut(random.Random(k))
+            reader = Root(after, read_only=True)
+            whole = "a" in reader.topics()
+            if whole:
+                assert rows(reader, "a") == [b"x", b"y", b"z"], (k, how)
+            assert rows(reader, "a-1") == [b"kept"], (k, how)
+            root = open_writer(after)
+            if "a" in root.topics():  # the intent was not written yet: the topic is untouched
+                assert whole and rows(root, "a") == [b"x", b"y", b"z"], (k, how)
+                assert not any(n.startswith(DELETING_PREFIX) for n in after.listdir(""))
+                assert read_consumer_offsets(after) == GROUPS
+                outcomes.add("whole")
+            else:
+                assert_deleted(root)
+                outcomes.add("deleted")
+            root.close()
+    assert outcomes == {"whole", "deleted"}
