@@ -27,7 +27,7 @@ from pyspark import TaskContext
 from pylog.connector.sink_options import PylogCommitMessage, SinkOptions, TopicMeta, open_sink_root
 from pylog.storage.backends.base import Storage
 from pylog.storage.codec import records
-from pylog.storage.codec.columns import timestamps_ms
+from pylog.storage.codec.columns import RECORD_TIMESTAMP_RANGE, timestamps_ms
 from pylog.storage.config import LogConfig
 from pylog.storage.errors import ConfigError
 from pylog.storage.partition.log import check_keys, timestamp_type
@@ -153,6 +153,21 @@ def _local_dir() -> str | None:
     return first if first and os.path.isdir(first) else None
 
 
+def record_timestamps(column: pa.Array | None, n: int, now_ms: int) -> np.ndarray:
+    """The ``timestamp`` column as epoch milliseconds (null or absent: ``now_ms``), refusing one
+    before 1970 as Kafka's producer and ``Root.append`` do (-1 means "no timestamp" only in the
+    old message formats, never in a record a producer sends)."""
+    ts = timestamps_ms(column, n, now_ms=now_ms)
+    if ts.size and int(ts.min()) < 0:
+        bad = int(ts.min())
+        when = np.datetime64(bad, "ms").astype(str).replace("T", " ")
+        raise ConfigError(
+            f"column 'timestamp': {bad} ({when} UTC) is before 1970-01-01: a record timestamp is "
+            f"{RECORD_TIMESTAMP_RANGE} (Kafka's producer refuses negative timestamps)"
+        )
+    return ts
+
+
 def _stage_batch(state: _Task, rb: pa.RecordBatch, now_ms: int) -> None:
     """Encode one Arrow batch into the staged files of the partitions its rows go to."""
     opts = state.opts
@@ -170,7 +185,7 @@ def _stage_batch(state: _Task, rb: pa.RecordBatch, now_ms: int) -> None:
     key = col.get("key")
     if key is not None and pa.types.is_string(key.type):
         key = key.cast(pa.binary())
-    ts = timestamps_ms(col.get("timestamp"), n, now_ms=now_ms)
+    ts = record_timestamps(col.get("timestamp"), n, now_ms)
     inputs = records.EncodeInput.of(value, key, ts, col.get("headers"))  # parsed once for every topic
     for topic in distinct:
         one = topic_col is None or len(distinct) == 1
