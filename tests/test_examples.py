@@ -40,6 +40,8 @@ EXPECTED: dict[str, list[str]] = {
         "OK   the reading query read every partition to its end and counted each record once",
         "OK   the aggregate holds the latest reading of all 1,000 sensors",
         "describe ",
+        # next to the command, what describe's lag of the reading query's group means
+        "its last micro-batch shows as lag (Spark commits a batch when it plans the next)",
         "dump --files ",
     ],
     "api_tour.py": ["appended 500,000 events", "read back 500,000 records"],
