@@ -270,7 +270,7 @@ def _subscription(opts: dict[str, str]) -> Subscription:
     pairs: list[TopicPartition] = []
     for topic, parts in doc.items():
         _topic(topic, "assign")
-        if not isinstance(parts, list) or not all(_is_int(p) and p >= 0 for p in parts):
+        if not isinstance(parts, list) or not all(is_int(p) and p >= 0 for p in parts):
             raise SourceOptionError(
                 f"option assign: partitions of topic {topic!r} must be a JSON list of non-negative "
                 f"integers, got {show(json.dumps(parts))}; valid values: {OPTIONS['assign']}"
@@ -338,7 +338,7 @@ def _partition_map(text: str, name: str) -> tuple[tuple[TopicPartition, int], ..
                 raise SourceOptionError(
                     f"option {name}: partition {p!r} of topic {topic!r} is not a non-negative integer"
                 )
-            if not _is_int(v) or not -(2**63) <= v <= INT64_MAX:
+            if not is_int(v) or not -(2**63) <= v <= INT64_MAX:
                 raise SourceOptionError(
                     f"option {name}: the value for {topic}-{part} must be a 64-bit integer, got "
                     f"{show(json.dumps(v))}"
@@ -373,7 +373,8 @@ def _topic(name: str, option: str) -> str:
         raise SourceOptionError(f"option {option}: {e}") from None
 
 
-def _is_int(v: object) -> bool:
+def is_int(v: object) -> bool:
+    """An ``int`` (from JSON or a Spark filter), not a ``bool``."""
     return isinstance(v, int) and not isinstance(v, bool)
 
 

@@ -6,8 +6,10 @@ README says of it.  From these declarations come:
 
 - the reading of the options Spark hands a data source (:func:`read_options`): keys are matched
   case-insensitively (Spark lower-cases them) to their documented spelling; ``storage.*`` keys
-  are split off as storage options; Kafka's client options (``kafka.*``) are refused (those
-  that would change what is read or written), taken as a synonym, or ignored with a warning; an
+  are split off as storage options, passed on as strings (pylog's own, ``storage.pylog.*``,
+  checked against their declarations in :mod:`pylog.storage.backends.objectstore.options`,
+  which reads all of them); Kafka's client options (``kafka.*``) are refused (those that would
+  change what is read or written), taken as a synonym, or ignored with a warning; an
   unknown key is refused with the closest documented name;
 - the typed values (:meth:`Option.parse`), whose errors name the option as documented, the value
   given and the valid values;
@@ -20,13 +22,14 @@ pyspark.
 
 from __future__ import annotations
 
-import difflib
 import logging
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pylog.storage.backends.objectstore.options import PREFIX as STORAGE_OWN_PREFIX
+from pylog.storage.backends.objectstore.options import check_option, did_you_mean
 from pylog.storage.codec import records
 from pylog.storage.config import INT32_MAX, INT64_MAX, parse_bool, parse_integer, show
 from pylog.storage.errors import ConfigError
@@ -312,7 +315,8 @@ def read_options(
         key, value = str(key), str(value)
         lk = key.lower()
         if lk.startswith(STORAGE_PREFIX) and len(lk) > len(STORAGE_PREFIX):
-            given.storage[key[len(STORAGE_PREFIX) :]] = storage_value(value)
+            name = key[len(STORAGE_PREFIX) :]
+            given.storage[name] = _storage_value(name, value, error)
         elif (refusal := _refusal(lk, side)) is not None:
             raise error(f"option {lk}: {refusal}")
         elif lk in by_key:
@@ -353,16 +357,12 @@ def _refusal(key: str, side: str) -> str | None:
     return KAFKA_REFUSED.get((key, "both")) or KAFKA_REFUSED.get((key, side))
 
 
-def did_you_mean(key: str, names: Iterable[str]) -> str | None:
-    """The documented name closest to ``key`` (compared case-insensitively), if one is close."""
-    spelled = {n.lower(): n for n in names}
-    close = difflib.get_close_matches(key.lower(), sorted(spelled), n=1, cutoff=0.8)
-    return spelled[close[0]] if close else None
-
-
-def storage_value(value: str) -> str | bool:
-    """A storage option's string as the storage takes it: ``true``/``false`` (any case) as booleans."""
-    try:
-        return parse_bool(value)
-    except ValueError:
-        return value
+def _storage_value(name: str, value: str, error: type[ConfigError]) -> str:
+    """A storage option, passed on as given (the storage reads it): pylog's own are checked now,
+    by their declarations in the storage layer, so that a bad one fails the query's definition."""
+    if name.startswith(STORAGE_OWN_PREFIX):
+        try:
+            check_option(name, value, STORAGE_PREFIX)
+        except ConfigError as e:
+            raise error(str(e)) from None
+    return value

@@ -28,6 +28,8 @@ from pyspark.sql.datasource import (
     StringStartsWith,
 )
 
+from pylog.connector.options import is_int
+
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 _NEVER_NULL = {"topic", "partition", "offset", "timestamp", "timestampType"}
 _CMP = (EqualTo, EqualNullSafe, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)
@@ -121,7 +123,7 @@ def _fold_int(b: Bounds, f: Filter, name: str) -> tuple[Bounds, bool] | None:
     value = getattr(f, "value", None)
     if isinstance(f, In):
         values = list(value or ())
-        if not values or not all(_is_int(v) for v in values):
+        if not values or not all(is_int(v) for v in values):
             return None
         if name == "partition":
             return replace(b, partitions=_meet(b.partitions, set(values))), True
@@ -177,7 +179,3 @@ def _micros(value: Any) -> int | None:
         aware = value if value.tzinfo is not None else value.replace(tzinfo=dt.timezone.utc)
         return (aware - _EPOCH) // dt.timedelta(microseconds=1)
     return None
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)

@@ -7,8 +7,8 @@
 A generated block sits between ``<!-- reference:NAME -->`` and ``<!-- /reference:NAME -->``.
 The tables come from the declarations of ``pylog.connector.optionspec`` (``SOURCE_OPTIONS``,
 ``SINK_OPTIONS``: the source's and sink's options, their defaults and values),
-``pylog.storage.backends.objectstore.client.PYLOG_OPTIONS`` (pylog's own storage options of object-store
-roots), ``LogConfig`` (topic configs, defaults and
+``pylog.storage.backends.objectstore.options.PYLOG_OPTIONS`` (pylog's own storage options of
+object-store roots), ``LogConfig`` (topic configs, defaults and
 broker synonyms), ``CleanerConfig`` (the cleaner settings, and which of them have no effect) and
 ``pylog.cli.COMMANDS`` (the CLI).  Defaults are written here once, as
 users read them, and checked against what the option parsers actually produce, so that a
@@ -28,7 +28,8 @@ from pylog.cli import COMMANDS
 from pylog.connector.options import DEFAULT_GROUP_ID_PREFIX, parse_options
 from pylog.connector.optionspec import SINK_OPTIONS, SOURCE_OPTIONS, SPECIFIC, Option
 from pylog.connector.sink_options import parse_sink_options
-from pylog.storage.backends.objectstore.client import PYLOG_OPTIONS, ObjectClient
+from pylog.storage.backends.objectstore.client import ObjectClient
+from pylog.storage.backends.objectstore.options import PYLOG_OPTIONS
 from pylog.storage.codec import records
 from pylog.storage.config import CleanerConfig, LogConfig
 
@@ -121,47 +122,27 @@ def sink_options() -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# pylog's own storage options (checked against PYLOG_OPTIONS and what ObjectClient makes of none)
-
-STORAGE_DOCS: dict[str, tuple[str, str]] = {
-    "pylog.retry_timeout_s": (
-        "`60`",
-        "seconds for which transient failures (server unreachable, connection reset, timeouts, 5xx, "
-        "throttling) are retried with backoff before the operation fails",
-    ),
-    "pylog.file_delete_delay_ms": (
-        "`60000`",
-        "how long objects superseded by a commit (old commits and checkpoints, replaced segments) are "
-        "kept before a later commit deletes them, so that readers of an older snapshot can finish",
-    ),
-    "pylog.read_ahead_bytes": (
-        "`8388608` (8 MiB)",
-        "largest read-ahead (one ranged GET) of a sequential scan of one segment object",
-    ),
-}
+# pylog's own storage options: from their declarations (storage/backends/objectstore/options.py),
+# each default checked against the README's and against what ObjectClient makes of no options
 
 
 def _check_storage_defaults() -> None:
-    if set(STORAGE_DOCS) != set(PYLOG_OPTIONS):
-        raise SystemExit(
-            f"docs/reference.py: STORAGE_DOCS and objectstore.PYLOG_OPTIONS differ on "
-            f"{sorted(set(STORAGE_DOCS) ^ set(PYLOG_OPTIONS))}"
-        )
     store = ObjectClient("memory://pylog-reference")  # no I/O: the parsed defaults only
-    facts = {
-        "pylog.retry_timeout_s": store.retry_timeout_s == 60.0,
-        "pylog.file_delete_delay_ms": store.file_delete_delay_ms == 60_000,
-        "pylog.read_ahead_bytes": store.read_ahead_bytes == 8 << 20,
-    }
-    wrong = [name for name, ok in facts.items() if not ok]
+    wrong = []
+    for o in PYLOG_OPTIONS.values():
+        shown = f"`{int(o.default)}`" if float(o.default).is_integer() else f"`{o.default}`"
+        if getattr(store, o.setting) != o.default or not o.shown_default.startswith(shown):
+            wrong.append(o.name)
     if wrong:
-        raise SystemExit(f"docs/reference.py: the documented defaults of {wrong} are not ObjectClient's")
+        raise SystemExit(
+            f"docs/reference.py: the declared defaults of {wrong} are not ObjectClient's or the README's"
+        )
 
 
 def storage_options() -> str:
     _check_storage_defaults()
     rows = ["| storage option | default | meaning |", "|---|---|---|"]
-    rows += [f"| `{name}` | {default} | {_cell(text)} |" for name, (default, text) in STORAGE_DOCS.items()]
+    rows += [f"| `{o.name}` | {o.shown_default} | {_cell(o.about)} |" for o in PYLOG_OPTIONS.values()]
     return "\n".join(rows)
 
 

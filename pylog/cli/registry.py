@@ -16,7 +16,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pylog.storage.backends.objectstore.client import PYLOG_OPTIONS, is_object_url
+from pylog.storage.backends.objectstore.client import is_object_url
+from pylog.storage.backends.objectstore.options import summary as pylog_storage_options
 from pylog.storage.errors import ConfigError, PylogError, StorageError
 from pylog.storage.root.manager import Root
 from pylog.storage.root.metadata import partition_count_problem
@@ -99,7 +100,7 @@ def fail(cmd: str, error: object, message: str | None = None) -> int:
 
 STORAGE_OPTION_HELP = (
     "a storage option of an object-store root, KEY=VALUE (repeatable): fsspec's (endpoint_url, key, "
-    f"secret, anon, client_kwargs.region_name...) and pylog's ({', '.join(PYLOG_OPTIONS)}), the "
+    f"secret, anon, client_kwargs.region_name...) and pylog's ({pylog_storage_options()}), the "
     "storage.* options of the Spark source and sink without the prefix; also read from "
     "PYLOG_STORAGE_OPTIONS as JSON. Never printed"
 )

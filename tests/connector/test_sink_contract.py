@@ -51,6 +51,8 @@ def test_options_and_sink_identity(tmp_path: Path) -> None:
         opts(tmp_path, kafkaBootstrap="x")
     with pytest.raises(ConfigError, match=r"'directWrite' \(did you mean directWrites\?\)"):
         opts(tmp_path, directWrite="false")  # a typo gets the documented spelling of the option
+    with pytest.raises(ConfigError, match=r"storage\.pylog\.file_delete_delay_ms: '-5' is not valid"):
+        opts(tmp_path, **{"storage.pylog.file_delete_delay_ms": "-5"})
     with pytest.raises(ConfigError, match=r"option lockTimeoutMs: 'soon'"):
         opts(tmp_path, lockTimeoutMs="soon")  # (Spark lower-cases option names; messages do not)
     with pytest.raises(ConfigError, match="with the option path"):

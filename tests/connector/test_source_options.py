@@ -104,8 +104,17 @@ def test_kafka_synonyms_and_storage_options() -> None:
         )
     )
     assert o.isolation_level == "read_committed" and o.group_id == "g1"
-    assert dict(o.storage_options) == {"key": "AKIA", "anon": False}
+    assert dict(o.storage_options) == {"key": "AKIA", "anon": "false"}  # typed by the storage
     assert "AKIA" not in repr(o)  # credentials stay out of logs and messages
+    ok = parse_options(opts(**{"storage.pylog.retry_timeout_s": "0.5"}))
+    assert dict(ok.storage_options) == {"pylog.retry_timeout_s": "0.5"}
+    # pylog's own storage options are checked when the read is defined, named as given
+    with pytest.raises(
+        SourceOptionError, match=r"'storage\.pylog\.retry_timeout' \(did you mean storage\.pylog\."
+    ):
+        parse_options(opts(**{"storage.pylog.retry_timeout": "5"}))
+    with pytest.raises(SourceOptionError, match=r"storage\.pylog\.read_ahead_bytes: 'lots' is not valid"):
+        parse_options(opts(**{"storage.pylog.read_ahead_bytes": "lots"}))
     with pytest.raises(SourceOptionError, match=r"isolationLevel and kafka\.isolation\.level"):
         parse_options(opts(isolationLevel="read_uncommitted", **{"kafka.isolation.level": "read_committed"}))
 

@@ -6,5 +6,6 @@ Layers, top down: ``storage`` (the working copy published by commits); ``commitl
 and extending the newest state), ``orphans`` (the sweep), ``outside`` (objects outside the
 state: staged sink data, consumer offsets), ``worktree`` (the working copy), ``reads`` (ranged
 reads and their cache); ``manifest``, ``dirindex``, ``overlay`` (documents, directory listings,
-8-byte patches); ``snapshot`` (the state and its commit documents) and ``client``.
+8-byte patches); ``snapshot`` (the state and its commit documents) and ``client``; ``options``
+(the storage options, pylog's own declared once).
 """

@@ -20,7 +20,8 @@ conditional writes) are retried with backoff until ``retry_timeout_s`` has passe
 that restarts in the middle of a publish delays it instead of failing it.
 
 Storage options (endpoint, credentials, region, anonymous access...) go to the fsspec
-filesystem unchanged, except pylog's own ``pylog.*`` keys; they are never logged.
+filesystem, except pylog's own ``pylog.*`` keys (:mod:`.options` reads both); they are never
+logged.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
+from pylog.storage.backends.objectstore.options import PYLOG_OPTIONS, redact, split_options
 from pylog.storage.errors import (
     CommitOutcomeUnknownError,
     ConditionalWritesUnsupportedError,
@@ -48,83 +50,8 @@ log = logging.getLogger("pylog.storage")
 
 T = TypeVar("T")
 
-PYLOG_OPTION_PREFIX = "pylog."
-PYLOG_OPTIONS = {
-    "pylog.retry_timeout_s": "how long transient failures (server down, timeouts) are retried (60)",
-    "pylog.file_delete_delay_ms": "grace period before superseded objects are deleted (60000)",
-    "pylog.read_ahead_bytes": "largest read-ahead of a sequential scan of one object (8388608)",
-}
 PROBES = "_pylog/probe/"
 """Where :meth:`ObjectClient.probe` creates (and at once deletes) its test objects."""
-_SECRET_WORDS = ("secret", "key", "token", "password", "credential", "session")
-
-
-def redact(options: Mapping[str, Any]) -> dict[str, Any]:
-    """Storage options safe to print: values of credential-like keys are masked."""
-    return {k: ("***" if any(w in k.lower() for w in _SECRET_WORDS) else v) for k, v in options.items()}
-
-
-_STRING_WORDS = (*_SECRET_WORDS, "endpoint", "region", "profile", "bucket", "url", "name", "version")
-
-
-def _coerce(name: str, value: Any) -> Any:
-    """Option strings (Spark and the CLI pass nothing else) as the types fsspec expects:
-    booleans, None, and numbers, except where the option is a name, URL or credential."""
-    if not isinstance(value, str):
-        return value
-    low = value.strip().lower()
-    if low in ("true", "false"):
-        return low == "true"
-    if low in ("none", "null"):
-        return None
-    if not any(w in name.lower() for w in _STRING_WORDS):
-        for kind in (int, float):
-            try:
-                return kind(value)
-            except ValueError:
-                pass
-    return value
-
-
-def split_options(options: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, str]]:
-    """fsspec keyword arguments and pylog's own settings from storage options.
-
-    String values "true"/"false" become booleans; dotted keys (``client_kwargs.region_name``)
-    become nested dicts, so every option can be given as a Spark option string."""
-    fs_kwargs: dict[str, Any] = {}
-    own: dict[str, str] = {}
-    for k, v in (options or {}).items():
-        if not isinstance(k, str) or not k:
-            raise ConfigError(f"storage option names must be non-empty strings, got {k!r}")
-        if k.startswith(PYLOG_OPTION_PREFIX):
-            if k not in PYLOG_OPTIONS:
-                raise ConfigError(
-                    f"unknown storage option {k!r}; pylog's own are: {', '.join(sorted(PYLOG_OPTIONS))}"
-                )
-            own[k] = str(v)
-            continue
-        parts = k.split(".")
-        node = fs_kwargs
-        for part in parts[:-1]:
-            nxt = node.setdefault(part, {})
-            if not isinstance(nxt, dict):
-                raise ConfigError(f"storage option {k!r} conflicts with {part!r}")
-            node = nxt
-        node[parts[-1]] = _coerce(parts[-1], v)
-    return fs_kwargs, own
-
-
-def _own_number(own: Mapping[str, str], key: str, default: float) -> float:
-    text = own.get(key)
-    if text is None:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        raise ConfigError(f"storage option {key}: {text!r} is not a number") from None
-    if value < 0:
-        raise ConfigError(f"storage option {key}: must be >= 0, got {text!r}")
-    return value
 
 
 _PERMANENT = (
@@ -229,9 +156,9 @@ class ObjectClient:
 
         fs_kwargs, own = split_options(storage_options)
         self.url = url.rstrip("/")
-        self.retry_timeout_s = _own_number(own, "pylog.retry_timeout_s", 60.0)
-        self.file_delete_delay_ms = int(_own_number(own, "pylog.file_delete_delay_ms", 60_000))
-        self.read_ahead_bytes = int(_own_number(own, "pylog.read_ahead_bytes", 8 << 20))
+        self.retry_timeout_s = float(own["retry_timeout_s"])
+        self.file_delete_delay_ms = int(own["file_delete_delay_ms"])
+        self.read_ahead_bytes = int(own["read_ahead_bytes"])
         fs_kwargs.setdefault("use_listings_cache", False)  # coordination must never see a stale listing
         try:
             self.fs, base = fsspec.core.url_to_fs(self.url, **fs_kwargs)
@@ -556,6 +483,7 @@ def is_object_url(path: str) -> bool:
 
 __all__ = [
     "PROBES",
+    "PYLOG_OPTIONS",
     "CommitOutcomeUnknownError",
     "ConditionalWritesUnsupportedError",
     "ObjectClient",

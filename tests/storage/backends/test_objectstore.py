@@ -362,9 +362,15 @@ def test_unknown_and_bad_pylog_options_are_refused(s3_backend: Backend) -> None:
         pylog.open(s3_backend.url, {**s3_backend.options, "pylog.nope": "1"})
     for valid in objectstore.PYLOG_OPTIONS:
         assert valid in str(e.value)
-    with pytest.raises(ConfigError, match=r"pylog\.retry_timeout_s.*not a number"):
+    with pytest.raises(ConfigError, match=r"'pylog\.retry_timeou' \(did you mean pylog\.retry_timeout_s\?\)"):
+        pylog.open(s3_backend.url, {**s3_backend.options, "pylog.retry_timeou": "1"})
+    with pytest.raises(
+        ConfigError, match=r"pylog\.retry_timeout_s: 'soon' is not valid; valid values: a number"
+    ):
         pylog.open(s3_backend.url, {**s3_backend.options, "pylog.retry_timeout_s": "soon"})
-    with pytest.raises(ConfigError, match="must be >= 0"):
+    with pytest.raises(
+        ConfigError, match=r"pylog\.file_delete_delay_ms: '-1' is not valid; valid values: an integer >= 0"
+    ):
         pylog.open(s3_backend.url, {**s3_backend.options, "pylog.file_delete_delay_ms": "-1"})
     with pytest.raises(ConfigError, match="apply to object-store URLs"):
         pylog.open("/tmp/somewhere", {"pylog.retry_timeout_s": "1"})
