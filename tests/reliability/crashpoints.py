@@ -38,7 +38,7 @@ from pylog.storage.root.manager import Root, partition_dir
 from pylog.storage.root.stage import open_stager
 from tests.reliability.checker import TP, InvariantViolation, Row, Stats, read_rows, read_storage
 from tests.reliability.memfs import Crash, MemStorage
-from tests.reliability.worlds import ObjectWorld, World, new_world, write_format_1
+from tests.reliability.worlds import World, new_world
 
 T0 = 1_700_000_000_000
 Served = dict[TP, list[Row]]
@@ -375,31 +375,6 @@ def a_append_checkpoint(ctx: Context) -> None:
         ctx.root.append("t", t)
 
 
-def s_format_1(st: Storage) -> Context:
-    """A root written by pylog before the commit log: one manifest (format 1)."""
-    assert isinstance(st, ObjectStorage)
-    src = ObjectWorld("format-1-source")
-    root = _root(src.open(), {"t": (2, {"segment.bytes": "100000"})})
-    _fill(root, "t", 0, "a", 5)
-    root.append("t", rows_of([b"big-" + b"x" * 5000]), partition=1)
-    snap = ObjectStorage(src.store, read_only=True).snapshot
-    fs, sbase, dbase = src.store.fs, src.store.base, st.store.base
-    write_format_1(
-        snap,
-        lambda key: fs.pipe_file(f"{dbase}/{key}", fs.cat_file(f"{sbase}/{key}")),
-        lambda key, data: fs.pipe_file(f"{dbase}/{key}", data),
-    )
-    st.refresh()
-    if not st.snapshot.from_v1:
-        raise InvariantViolation("the scenario's root is not read as format 1")
-    return Context(st, Root(st))
-
-
-def a_upgrade(ctx: Context) -> None:
-    """The first commit into a format 1 root upgrades it (marker manifest, checkpoint, commit)."""
-    ctx.root.append("t", rows_of([b"after-upgrade"]), partition=1)
-
-
 def s_race(st: Storage) -> Context:
     """Another writer (of another topic) commits between this writer's snapshot and its commit:
     the commit is re-based onto it."""
@@ -437,7 +412,6 @@ SCENARIOS = [
     Scenario("create-first-topic", s_bare, [a_create_topic], after_recovery=r_create_topic, topics=("t",)),
     Scenario("writer-recovery", s_unclean, [a_recover], topics=("t",), worlds=("local",)),
     Scenario("append+checkpoint", s_objects, [a_append_checkpoint], topics=("t",), worlds=("object",)),
-    Scenario("format-1-upgrade", s_format_1, [a_upgrade], topics=("t",), worlds=("object",)),
     Scenario(
         "rebased-append",
         s_race,

@@ -6,7 +6,7 @@ linked, or on object stores adopted), sink commit with its embedded retention, c
 recovery - is crashed after each of its storage steps and each of its named steps.  On a local
 disk as a process kill and as a power cut; on an object store as a kill and as a lost reply
 (each request landed but its response lost), including the commit log's own steps: segment
-uploads, checkpoint, commit create, hint, garbage deletes, a format 1 upgrade and a re-based
+uploads, checkpoint, commit create, hint, garbage deletes and a re-based
 commit.  See :mod:`tests.reliability.crashpoints` and :mod:`tests.reliability.worlds`.
 """
 

@@ -20,18 +20,10 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from pylog.storage.backends.base import Storage
 from pylog.storage.backends.objectstore.client import ObjectClient
-from pylog.storage.backends.objectstore.manifest import (
-    encode_manifest,
-    inline_file,
-    manifest_key,
-    new_manifest,
-    object_file,
-)
 from pylog.storage.backends.objectstore.storage import ObjectStorage
 from pylog.storage.root.rebase import MERGERS
 from tests.reliability.memfs import Crash, MemStorage
@@ -209,27 +201,8 @@ class ObjectWorld:
         return new
 
 
-def write_format_1(
-    snap: Any, copy: Callable[[str], None], put: Callable[[str, bytes], None], number: int = 3
-) -> None:
-    """Write the state ``snap`` (a :class:`Snapshot`) as a format 1 root: one manifest listing
-    every file, as pylog before the commit log wrote it.  ``copy(key)`` brings a data object
-    over, ``put(key, data)`` writes the manifest."""
-    files = {}
-    for path, ref in snap.files.items():
-        if ref.data is not None:
-            files[path] = inline_file(ref.data)
-        else:
-            copy(ref.key)
-            files[path] = object_file(ref.size, ref.key)
-    doc = new_manifest(
-        number, writer="f" * 32, base_writer="e" * 32, time_ms=0, files=files, dirs=snap.dirs, garbage=[]
-    )
-    put(manifest_key(number), encode_manifest(doc))
-
-
 def new_world(label: str, name: str, *, delete_delay_ms: int = 0) -> World:
     return MemWorld.new(name) if label == "local" else ObjectWorld(name, delete_delay_ms=delete_delay_ms)
 
 
-__all__ = ["CrashingStore", "LostReply", "MemWorld", "ObjectWorld", "World", "new_world", "write_format_1"]
+__all__ = ["CrashingStore", "LostReply", "MemWorld", "ObjectWorld", "World", "new_world"]

@@ -1,4 +1,4 @@
-"""Finding and extending the newest state of a root on an object store (format 2).
+"""Finding and extending the newest state of a root on an object store.
 
 **Reading.**  Commit numbers have no gaps and a commit object is created with put-if-absent, so
 a process that knows state N learns about N+1, N+2... by GETting them until one is missing: when
@@ -6,7 +6,7 @@ nothing changed, one small GET and no LIST.  A process that knows nothing (or wh
 older than half ``pylog.file_delete_delay_ms``, after which old commit objects may have been
 deleted) starts from the checkpoint named by the hint object (two GETs) and catches up from
 there.  Only when the hint is missing or does not match its checkpoint (a crash between the two,
-a hand-edited root) and for roots still in format 1 are the keys LISTed.
+a hand-edited root) are the keys LISTed.
 
 **Committing** state N+1 on a snapshot N (:func:`publish`):
 
@@ -23,10 +23,6 @@ the next number; only a real overlap (:func:`_overlap`) makes the whole operatio
 **Deleting.**  Commits and checkpoints are never deleted while a reader may start from them:
 when checkpoint C2 is written after C1, the commits up to C1 and the checkpoint before C1 go to
 ``garbage`` and are deleted a delete delay later; the commits after C1 stay.
-
-Roots of format 1 (one manifest listing every file, ``_pylog/manifests/<N>.json``) are read as
-before and upgraded by their first commit: it creates manifest N+1 as a *marker* that older
-pylog versions refuse to read (so they stop writing), then checkpoint and commit N+1.
 """
 
 from __future__ import annotations
@@ -41,15 +37,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from pylog.storage.backends.objectstore.client import ObjectClient
-from pylog.storage.backends.objectstore.manifest import (
-    MANIFESTS,
-    is_marker,
-    manifest_key,
-    manifest_number,
-    marker_document,
-    parse_manifest_any,
-    snapshot_from_v1,
-)
 from pylog.storage.backends.objectstore.snapshot import (
     CHECKPOINTS,
     HINT,
@@ -196,46 +183,35 @@ def _from_hint(store: ObjectClient) -> Snapshot | None:
 
 
 def _from_listing(store: ObjectClient) -> Snapshot | None:
-    """The newest state found by LISTing the commit log (or, for a format 1 root, its manifests)."""
+    """The newest state found by LISTing the commit log."""
     commits = sorted(n for k in store.list(LOG) if (n := commit_number(k)) is not None)
-    if commits:
-        listed = store.list(CHECKPOINTS)
-        by_number: dict[int, list[str]] = {}
-        for k in listed:
-            n = checkpoint_number(k)
-            if n is not None and n <= commits[-1]:
-                by_number.setdefault(n, []).append(k)
-        for n in sorted(by_number, reverse=True):
-            raw = _get(store, commit_key(n))
-            if raw is None:
-                continue
-            ref = _commit_checkpoint(raw, f"{store.url}/{commit_key(n)}")
-            if ref is None or ref.key not in by_number[n]:
-                continue  # uploaded by a writer that lost its race (or crashed): never trusted
-            try:
-                snap = parse_checkpoint(store.get(ref.key), ref, f"{store.url}/{ref.key}")
-            except (CorruptMetadataError, FileNotFoundError) as e:
-                log.warning("%s: skipping checkpoint %d (%s)", store.url, n, e)
-                continue
-            walked = _walk(store, snap)
-            if walked is not None:
-                return walked
-        raise CorruptMetadataError(
-            f"{store.url}: the commit log ({LOG}, commits {commits[0]}..{commits[-1]}) has no readable "
-            f"checkpoint under {CHECKPOINTS}; the root cannot be read"
-        )
-    manifests = sorted(
-        ((n, k) for k in store.list(MANIFESTS) if (n := manifest_number(k)) is not None), reverse=True
-    )
-    for _, k in manifests:
-        raw = _get(store, k)
+    if not commits:
+        return None
+    listed = store.list(CHECKPOINTS)
+    by_number: dict[int, list[str]] = {}
+    for k in listed:
+        n = checkpoint_number(k)
+        if n is not None and n <= commits[-1]:
+            by_number.setdefault(n, []).append(k)
+    for n in sorted(by_number, reverse=True):
+        raw = _get(store, commit_key(n))
         if raw is None:
-            continue  # superseded and deleted since the listing
-        doc = parse_manifest_any(raw, f"{store.url}/{k}")
-        if is_marker(doc):
-            continue  # an upgrade that never committed (it created no commit: listed above)
-        return snapshot_from_v1(doc)
-    return None
+            continue
+        ref = _commit_checkpoint(raw, f"{store.url}/{commit_key(n)}")
+        if ref is None or ref.key not in by_number[n]:
+            continue  # uploaded by a writer that lost its race (or crashed): never trusted
+        try:
+            snap = parse_checkpoint(store.get(ref.key), ref, f"{store.url}/{ref.key}")
+        except (CorruptMetadataError, FileNotFoundError) as e:
+            log.warning("%s: skipping checkpoint %d (%s)", store.url, n, e)
+            continue
+        walked = _walk(store, snap)
+        if walked is not None:
+            return walked
+    raise CorruptMetadataError(
+        f"{store.url}: the commit log ({LOG}, commits {commits[0]}..{commits[-1]}) has no readable "
+        f"checkpoint under {CHECKPOINTS}; the root cannot be read"
+    )
 
 
 def _commit_checkpoint(raw: bytes, where: str) -> CheckpointRef | None:
@@ -261,7 +237,7 @@ def resolve(
         known, confirmed_at = cached
     snap: Snapshot | None = None
     hint_read, hinted = False, None
-    if known is not None and known.number >= 0 and not known.from_v1:
+    if known is not None and known.number >= 0:
         fresh = (started - confirmed_at) * 1000 < store.file_delete_delay_ms / 2
         start: Snapshot | None = known
         if not fresh:  # old commits may be gone: the hint tells whether checkpoints passed us
@@ -382,7 +358,7 @@ def publish(
     ours = diff(base, files, dirs, touched)
     dropped = dropped_keys(base, ours)
     delay = store.file_delete_delay_ms
-    if (time.monotonic() - confirmed_at) * 1000 >= delay / 2 and not base.from_v1:
+    if (time.monotonic() - confirmed_at) * 1000 >= delay / 2:
         # commits newer than our state may have been deleted since it was confirmed: never
         # create a number that was used before
         newest = resolve(store, base, confirmed_at) or Snapshot()
@@ -398,8 +374,6 @@ def publish(
             garbage_add=[(k, now) for k in dropped],
             garbage_delete={k for k, t in base.garbage if t + delay <= now},
         )
-        if base.from_v1:
-            ch.garbage_add.append((manifest_key(base.number), now))
         checkpoint = _checkpoint_due(base, n)
         if checkpoint:
             if base.checkpoints:
@@ -421,13 +395,6 @@ def publish(
             store.put(ckpt_key, raw_ckpt)
             ch.checkpoint = checkpoint_ref(n, ckpt_key, raw_ckpt)
             step("checkpoint-uploaded")
-        if base.from_v1:
-            marker = marker_document(n)
-            if not store.create(manifest_key(n), marker):
-                existing = _get(store, manifest_key(n))
-                if existing is None or not is_marker(parse_manifest_any(existing, manifest_key(n))):
-                    _drop(store, ckpt_key)
-                    raise _conflict(store, n, f"a format 1 writer created manifest {n}")
         raw = encode_commit(n, token, base.writer, now, ch)
         creating_at = time.monotonic()
         step("creating")
@@ -445,8 +412,6 @@ def publish(
             return Published(new, sorted(ch.garbage_delete) + due_now, rebased, uploaded)
         step("conflict")
         _drop(store, ckpt_key)
-        if base.from_v1:
-            raise _conflict(store, n, "while upgrading the root from format 1")
         base = _rebase(store, base, ours, mergers or {}, read)
         log.info("%s: commit %d lost its race; re-based on commit %d", store.url, n, base.number)
     raise _conflict(store, base.number, f"re-based {REBASES} times")

@@ -11,10 +11,9 @@ lost a race before deleting them, and garbage whose deletion failed.  :func:`swe
 3. deletes every listed object that is at least :func:`orphan_grace_s` old (by its modification
    time on the server) and that the newest state neither maps a file to nor lists in its
    ``garbage`` nor retains as a checkpoint, except outside objects (``_pylog/direct/``), the
-   hint, commits from the oldest one the state retains on, checkpoints and manifests numbered
-   at or above the state's, the format 1 marker of an upgraded root, and other keys under
-   ``_pylog/`` not named like what pylog writes there.  Older commits, checkpoints and manifests
-   are deleted like any object (commits normally delete them through ``garbage``);
+   hint, commits from the oldest one the state retains on, checkpoints numbered at or above the
+   state's, and other keys under ``_pylog/`` not named like what pylog writes there.  Older
+   commits and checkpoints are deleted like any object (commits normally delete them through ``garbage``);
 4. on S3, aborts the multipart uploads under the prefix begun at least the grace ago (a writer
    that died in the middle of a large upload leaves an invisible, billed upload behind).
 
@@ -50,7 +49,7 @@ import uuid
 from collections.abc import Callable
 
 from pylog.storage.backends.objectstore.client import PROBES, ObjectClient
-from pylog.storage.backends.objectstore.manifest import MANIFESTS, OUTSIDE, is_upload_key, manifest_number
+from pylog.storage.backends.objectstore.manifest import OUTSIDE, is_upload_key
 from pylog.storage.backends.objectstore.snapshot import (
     CHECKPOINTS,
     HINT,
@@ -126,13 +125,10 @@ def _sweepable(key: str, snap: Snapshot) -> bool:
     """Whether a key under ``_pylog/`` that ``snap`` does not reference may be swept."""
     if key.startswith(LOG):
         num = commit_number(key)
-        return num is not None and num < snap.retained_from and not snap.from_v1
+        return num is not None and num < snap.retained_from
     if key.startswith(CHECKPOINTS):
         num = checkpoint_number(key)
-        return num is not None and num < snap.number and not snap.from_v1
-    if key.startswith(MANIFESTS):
-        num = manifest_number(key)
-        return num is not None and num < snap.number and num != snap.v1_marker
+        return num is not None and num < snap.number
     return key.startswith(PROBES)
 
 

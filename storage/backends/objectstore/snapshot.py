@@ -27,7 +27,7 @@ Commit N (``"format": "pylog-commit"``)::
 
 A checkpoint (``"format": "pylog-checkpoint"``) holds the state at its number: ``files`` (the
 entries above, never ``append``), ``dirs``, ``garbage``, ``checkpoints`` (the checkpoints retained
-before it), ``retained_from`` and ``v1_marker``.  The hint (``"format": "pylog-hint"``) holds
+before it) and ``retained_from``.  The hint (``"format": "pylog-hint"``) holds
 ``{"checkpoint": {...}}``; a reader verifies the checkpoint's size and SHA-256 against it.
 
 A reader of this version refuses a document of a newer version with
@@ -133,8 +133,6 @@ class Snapshot:
     garbage: list[tuple[str, int]] = field(default_factory=list)
     checkpoints: list[CheckpointRef] = field(default_factory=list)  # retained, oldest first
     retained_from: int = 0  # the oldest commit object not yet scheduled for deletion
-    v1_marker: int | None = None  # an upgraded root: the number of its version-1 marker
-    from_v1: bool = False  # the state of a version-1 manifest (no commit log yet)
     log_bytes: int = 0  # bytes of the commits since the newest checkpoint
 
     def copy(self) -> Snapshot:
@@ -252,8 +250,7 @@ def dropped_keys(base: Snapshot, ch: Change) -> list[str]:
 
 
 def apply(base: Snapshot, ch: Change, number: int, writer: str, size: int = 0) -> Snapshot:
-    """The state after commit ``number`` (by ``writer``, ``size`` bytes) made ``ch`` on ``base``.
-    The first commit after a format 1 manifest is the upgrade: its number is the marker's."""
+    """The state after commit ``number`` (by ``writer``, ``size`` bytes) made ``ch`` on ``base``."""
     s = base.copy()
     for path in ch.delete:
         s.files.pop(path, None)
@@ -267,9 +264,7 @@ def apply(base: Snapshot, ch: Change, number: int, writer: str, size: int = 0) -
     if ch.retained_from is not None:
         s.retained_from = ch.retained_from
     s.log_bytes = 0 if ch.checkpoint is not None else base.log_bytes + size
-    if base.from_v1:
-        s.v1_marker = number
-    s.number, s.writer, s.from_v1 = number, writer, False
+    s.number, s.writer = number, writer
     return s
 
 
@@ -423,7 +418,6 @@ def encode_checkpoint(s: Snapshot, time_ms: int) -> bytes:
         "garbage": [[k, t] for k, t in s.garbage],
         "checkpoints": [c.to_json() for c in s.checkpoints],
         "retained_from": s.retained_from,
-        "v1_marker": s.v1_marker,
     }
     return json.dumps(doc, separators=(",", ":")).encode()
 
@@ -444,7 +438,6 @@ def parse_checkpoint(raw: bytes, ref: CheckpointRef, where: str) -> Snapshot:
     try:
         if int(doc["number"]) != ref.number:
             raise ValueError(f"holds state {doc['number']}, expected {ref.number}")
-        marker = doc.get("v1_marker")
         return Snapshot(
             number=ref.number,
             writer=str(doc["writer"]),
@@ -453,7 +446,6 @@ def parse_checkpoint(raw: bytes, ref: CheckpointRef, where: str) -> Snapshot:
             garbage=[(str(k), int(t)) for k, t in doc["garbage"]],
             checkpoints=[*(CheckpointRef.from_json(c) for c in doc["checkpoints"]), ref],
             retained_from=int(doc["retained_from"]),
-            v1_marker=None if marker is None else int(marker),
         )
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise CorruptMetadataError(f"{where}: corrupt checkpoint: {e}") from e

@@ -1,32 +1,35 @@
-"""A pylog root on an object store: a copy-on-write file tree published by versioned manifests.
+"""A pylog root on an object store: a copy-on-write file tree published by numbered commits.
 
 The log engine (segments, indexes, checkpoints, compaction's ``.cleaned``/``.swap`` renames,
 retention's ``.deleted`` files) runs unchanged on :class:`ObjectStorage`, a :class:`Storage`
 whose files live in an in-memory working copy until :meth:`ObjectStorage.commit` publishes
 them all at once::
 
-    <base>/_pylog/manifests/00000000000000000042.json   the state of the whole root, version 42
+    <base>/_pylog/log/00000000000000000042.json         commit 42: what it changed
+    <base>/_pylog/checkpoints/<number>.<token>.json     the whole state at some commits
     <base>/<topic>-<p>/00000000000000000000.log.<token> an immutable segment object
     <base>/_pylog/direct/<topic>-<p>/.pylog-stage.*     staged sink data (not part of the state)
     <base>/_pylog/direct/pylog-consumer-offsets.<group> a consumer group's offsets
 
-A manifest maps every file of the tree to an immutable object (or holds its bytes inline when
+The state maps every file of the tree to an immutable object (or holds its bytes inline when
 it is small and not segment data) and lists the directories.  A commit
 
 1. uploads the files written since the last commit under fresh, never reused keys;
-2. creates manifest N+1 with put-if-absent (``If-None-Match: *``).  The manifest holds a
+2. creates commit N+1 with put-if-absent (``If-None-Match: *``).  The commit holds a
    random writer token, so a create whose response was lost is recognised as ours;
 3. only then deletes objects superseded longer than the storage option
-   ``pylog.file_delete_delay_ms`` (60 s) ago (they are listed in the manifest's ``garbage``
-   until then, so readers of an older manifest finish).
+   ``pylog.file_delete_delay_ms`` (60 s) ago (they are listed in the state's ``garbage``
+   until then, so readers of an older state finish).
 
 A writer that loses the race (N+1 exists and is not ours) removes its uploads and raises
 :class:`CommitConflictError`; :class:`~pylog.storage.root.manager.Root` then re-reads the newest
-state and runs the operation again.  Every crash leaves manifest N or N+1 complete; what a
+state and runs the operation again.  Every crash leaves state N or N+1 complete; what a
 crashed writer uploaded is unreferenced and removed by :meth:`ObjectStorage.sweep_orphans`.
 
-The manifest format and the resolution of the newest manifest are in
-:mod:`~pylog.storage.backends.objectstore.manifest`, the orphan sweep in
+The commit and checkpoint documents are in :mod:`~pylog.storage.backends.objectstore.snapshot`,
+finding the newest state and committing in :mod:`~pylog.storage.backends.objectstore.commitlog`,
+object keys and inline files in :mod:`~pylog.storage.backends.objectstore.manifest`, the orphan
+sweep in
 :mod:`~pylog.storage.backends.objectstore.orphans`, the reading and caching of objects in
 :mod:`~pylog.storage.backends.objectstore.reads`, the working copy in
 :mod:`~pylog.storage.backends.objectstore.worktree`, the outside objects in
@@ -53,7 +56,7 @@ from typing import Any
 from pylog.storage.backends.base import AppendFile, Storage
 from pylog.storage.backends.objectstore import commitlog, orphans, overlay
 from pylog.storage.backends.objectstore.client import ObjectClient
-from pylog.storage.backends.objectstore.manifest import MANIFESTS, OUTSIDE, is_outside, parent
+from pylog.storage.backends.objectstore.manifest import OUTSIDE, is_outside, parent
 from pylog.storage.backends.objectstore.outside import OutsideAppend, OutsideObjects
 from pylog.storage.backends.objectstore.reads import ObjectReader
 from pylog.storage.backends.objectstore.snapshot import LOG, Ref, Snapshot
@@ -117,7 +120,7 @@ class ObjectStorage(Storage):
         )
         if load and read_only and st.number < 0 and not st._load_kafka_dir():
             raise NoRootError(
-                f"{url}: no pylog root here (no commit under {LOG} or manifest under {MANIFESTS}); "
+                f"{url}: no pylog root here (no commit under {LOG}); "
                 "create one with a writer "
                 "(pylog create-topic, or a Spark write with the partitions option)"
             )
@@ -174,15 +177,17 @@ class ObjectStorage(Storage):
         self.kafka_dir = True
         return True
 
-    def _load(self, snap: Snapshot, keep_deferred: bool = False) -> None:
+    def _load(self, snap: Snapshot, keep_deferred: bool = False, same_names: bool = False) -> None:
+        """``same_names``: ``snap`` is what this root's own commit published from its working
+        tree (the same paths: the tree's names index stays)."""
         self.snapshot = snap
         self._adopted_base = None
         self._base = snap.files
-        self._reset_working(keep_deferred)
+        self._reset_working(keep_deferred, same_names)
 
-    def _reset_working(self, keep_deferred: bool = False) -> None:
+    def _reset_working(self, keep_deferred: bool = False, same_names: bool = False) -> None:
         """Working tree = the manifest's; outside objects are listed again when needed."""
-        self._tree.reset(self._base, self.snapshot.dirs)
+        self._tree.reset(self._base, self.snapshot.dirs, same_names)
         self._adopting = set()
         self._direct.forget(deferred=not keep_deferred)
 
@@ -265,7 +270,7 @@ class ObjectStorage(Storage):
         self._survive_sweeps(mark, uploads + done.uploaded)
         self.rebases += done.rebased
         self._reader.remember(uploads)
-        self._load(done.snapshot, keep_deferred=True)
+        self._load(done.snapshot, keep_deferred=True, same_names=not done.rebased)
         self._run_deferred(done.due)
         self.faults.step("committed")
         return True

@@ -1,6 +1,6 @@
 """The commit log of a root on an object store (storage/backends/objectstore/commitlog.py, snapshot.py) on
-moto's S3 server: no LIST in the steady state, checkpoints and the hint, bounded objects, format 1
-roots upgraded, newer formats refused, and racing writers re-based instead of re-run."""
+moto's S3 server: no LIST in the steady state, checkpoints and the hint, bounded objects, newer
+formats refused, and racing writers re-based instead of re-run."""
 
 from __future__ import annotations
 
@@ -12,19 +12,14 @@ from typing import Any
 import pytest
 
 from pylog.storage.backends.objectstore import commitlog
-from pylog.storage.backends.objectstore.manifest import (
-    INLINE_MAX,
-    manifest_key,
-    parse_manifest,
-)
+from pylog.storage.backends.objectstore.manifest import INLINE_MAX
 from pylog.storage.backends.objectstore.snapshot import CHECKPOINTS, HINT, LOG, Snapshot, commit_key
 from pylog.storage.backends.objectstore.storage import ObjectStorage
-from pylog.storage.errors import CorruptMetadataError, UnsupportedFormatError
+from pylog.storage.errors import UnsupportedFormatError
 from pylog.storage.root import publish as pub
 from pylog.storage.root.manager import Root
 from pylog.storage.root.opening import open_root
 from tests.conftest import Backend
-from tests.reliability.worlds import write_format_1
 from tests.storage.backends.test_objectstore import client, cold_cache, keys, with_options
 
 
@@ -177,51 +172,6 @@ def test_a_newer_format_is_refused_naming_the_object(s3_backend: Backend, which:
         UnsupportedFormatError, match=rf"{key}: written by a newer pylog .*version 4.*upgrade pylog"
     ):
         s3_backend.open(read_only=True)
-
-
-# ------------------------------------------------------------------ format 1 roots
-
-
-def _as_format_1(src: Backend, dst: Backend) -> None:
-    """Write the state of root ``src`` under ``dst`` as a format 1 root (one manifest)."""
-    with src.open(read_only=True) as r:
-        snap = storage(r).snapshot
-    fs = client(src)
-    sbase, dbase = src.url[len("s3://") :], dst.url[len("s3://") :]
-    write_format_1(
-        snap,
-        lambda key: fs.pipe_file(f"{dbase}/{key}", fs.cat_file(f"{sbase}/{key}")),
-        lambda key, data: fs.pipe_file(f"{dbase}/{key}", data),
-    )
-
-
-def test_a_format_1_root_is_read_and_upgraded_by_its_first_commit(s3_backend: Backend) -> None:
-    src, dst = s3_backend.child("src"), s3_backend.child("dst")
-    with src.open() as w:
-        w.create_topic("t", partitions=2)
-        w.append("t", [b"big-%d" % i + b"x" * 3000 for i in range(4)], key=[b"k%d" % i for i in range(4)])
-        w.append("t", [b"small"], partition=0)
-        before = values(w)
-    _as_format_1(src, dst)
-    with dst.open(read_only=True) as r:
-        assert values(r) == before
-        assert storage(r).snapshot.from_v1
-    root = dst.open()
-    root.append("t", [b"after"], partition=1)
-    fs, base = client(dst), dst.url[len("s3://") :]
-    marker = fs.cat_file(f"{base}/{manifest_key(4)}")
-    with pytest.raises(CorruptMetadataError, match="not a version 1 pylog manifest"):
-        parse_manifest(marker, "marker")  # what an older pylog reads: it refuses the root
-    assert fs.exists(f"{base}/{commit_key(4)}")
-    assert storage(root).snapshot.v1_marker == 4 and storage(root).snapshot.checkpoints
-    assert manifest_key(3) in {k for k, _ in storage(root).snapshot.garbage}
-    forget_process_state(root)
-    with dst.open(read_only=True) as r:
-        assert sorted(values(r)) == sorted([*before, b"after"])
-        assert counts(r).get("list", 0) == 0  # upgraded: found through the hint
-    # the sweep keeps the marker (older versions must keep refusing the root)
-    root.sweep_orphans(int(time.time() * 1000) + 10**9)
-    assert fs.exists(f"{base}/{manifest_key(4)}")
 
 
 # ------------------------------------------------------------------ racing writers

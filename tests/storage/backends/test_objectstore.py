@@ -28,7 +28,6 @@ from pylog.storage.backends.objectstore.client import (
     ObjectStoreError,
 )
 from pylog.storage.backends.objectstore.commitlog import CHECKPOINT_INTERVAL
-from pylog.storage.backends.objectstore.manifest import MANIFESTS
 from pylog.storage.backends.objectstore.orphans import SWEEP_MARK
 from pylog.storage.backends.objectstore.snapshot import LOG, Snapshot, commit_key, commit_number
 from pylog.storage.errors import ConfigError, PylogError, StorageError
@@ -455,7 +454,7 @@ def test_numeric_storage_options_given_as_strings(
 def test_read_only_open_of_a_url_without_a_root(s3_backend: Backend) -> None:
     with pytest.raises(
         StorageError,
-        match=r"no pylog root here \(no commit under _pylog/log/ or manifest under _pylog/manifests/\)",
+        match=r"no pylog root here \(no commit under _pylog/log/\)",
     ):
         s3_backend.open(read_only=True)
     root = s3_backend.open()  # a writer may open it: its first commit creates the root
@@ -488,8 +487,8 @@ def test_a_store_ignoring_conditional_creates_is_refused(monkeypatch: pytest.Mon
             root.create_topic("t")
         assert root.topics() == [] and root.commits == 0
         with pytest.raises(ConditionalWritesUnsupportedError):
-            root.create_topic("t")  # refused again: not one manifest is ever written
-        assert not [p for p in fs.find(blind[len("memory://") :]) if MANIFESTS in p or LOG in p]
+            root.create_topic("t")  # refused again: not one commit is ever written
+        assert not [p for p in fs.find(blind[len("memory://") :]) if LOG in p]
         with pytest.raises(StorageError, match="no pylog root here"):
             pylog.open(blind, read_only=True)
     finally:
