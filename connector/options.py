@@ -121,31 +121,21 @@ class SourceOptions:
 
     def for_batch(self) -> SourceOptions:
         """Check the options for a batch query (Kafka's ``validateBatchOptions``)."""
-        st = self.starting
-        if st is not None and st.kind == "latest":
-            raise SourceOptionError(
-                "option startingOffsets: starting offset can't be latest for batch queries; valid values "
-                "for batch queries: earliest or JSON offsets (-2 earliest)"
-            )
-        if st is not None and st.kind == "offsets":
-            for (t, p), off in st.offsets:
-                if off == LATEST:
+        code = {"earliest": EARLIEST, "latest": LATEST}
+        for option, spec, word, bad, good in (
+            ("startingOffsets", self.starting, "starting", "latest", "earliest"),
+            ("endingOffsets", self.ending, "ending", "earliest", "latest"),
+        ):
+            if spec is not None and spec.kind == bad:
+                raise SourceOptionError(
+                    f"option {option}: {word} offset can't be {bad} for batch queries; valid values for "
+                    f"batch queries: {good} or JSON offsets ({code[good]} {good})"
+                )
+            for (t, p), off in spec.offsets if spec is not None and spec.kind == "offsets" else ():
+                if off == code[bad]:
                     raise SourceOptionError(
-                        f"option startingOffsets: startingOffsets for {t}-{p} can't be latest (-1) for "
-                        "batch queries; use -2 (earliest) or an offset"
-                    )
-        en = self.ending
-        if en is not None and en.kind == "earliest":
-            raise SourceOptionError(
-                "option endingOffsets: ending offset can't be earliest for batch queries; valid values: "
-                "latest or JSON offsets (-1 latest)"
-            )
-        if en is not None and en.kind == "offsets":
-            for (t, p), off in en.offsets:
-                if off == EARLIEST:
-                    raise SourceOptionError(
-                        f"option endingOffsets: ending offset for {t}-{p} can't be earliest (-2) for batch "
-                        "queries; use -1 (latest) or an offset"
+                        f"option {option}: {word} offset for {t}-{p} can't be {bad} ({code[bad]}) for batch "
+                        f"queries; use {code[good]} ({good}) or an offset"
                     )
         for name in ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"):
             if name in self.given:

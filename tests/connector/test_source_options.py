@@ -212,7 +212,7 @@ def test_mode_specific_checks() -> None:
     # batch: a batch can't start at latest, nor end at earliest
     with pytest.raises(SourceOptionError, match="starting offset can't be latest for batch queries"):
         parse_options(opts(startingOffsets="latest")).for_batch()
-    with pytest.raises(SourceOptionError, match="startingOffsets for events-1 can't be latest"):
+    with pytest.raises(SourceOptionError, match="starting offset for events-1 can't be latest"):
         parse_options(opts(startingOffsets='{"events":{"0":-2,"1":-1}}')).for_batch()
     with pytest.raises(SourceOptionError, match="ending offset can't be earliest for batch queries"):
         parse_options(opts(endingOffsets="earliest")).for_batch()
