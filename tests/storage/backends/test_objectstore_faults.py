@@ -364,18 +364,25 @@ def test_multipart_upload_of_a_dead_writer_is_aborted_by_the_sweep(s3_backend: B
 # ------------------------------------------------------------------ review findings (regressions)
 
 
-def test_a_root_idle_while_old_manifests_were_deleted_cannot_commit_into_the_gap(s3_backend: Backend) -> None:
-    """A writer whose snapshot is older than the delete delay: manifest N+1 it would create had
-    been superseded and deleted, so a put-if-absent succeeds; the commit must still not count
-    (readers resolve the newest manifest), and its garbage must not delete live objects."""
+def _stale_writer(s3_backend: Backend, commits: int) -> tuple[Backend, Root, Root]:
+    """A root with a delete delay of 300 ms; writer ``a`` holds the state after its first append
+    while writer ``b`` commits ``commits`` times, each followed by more than the delay."""
     quick = Backend("s3", s3_backend.url, {**s3_backend.options, "pylog.file_delete_delay_ms": "300"})
     a = quick.open()
     a.create_topic("t", 1)
     a.append("t", batch("a", 1))
     b = quick.open()
-    for i in range(5):
+    for i in range(commits):
         b.append("t", batch(f"b{i}", 1))
         time.sleep(0.35)
+    return quick, a, b
+
+
+def test_a_root_idle_while_old_commits_were_deleted_cannot_commit_into_the_gap(s3_backend: Backend) -> None:
+    """A writer whose snapshot is older than the delete delay: commit N+1 it would create had
+    been superseded and deleted, so a put-if-absent succeeds; the commit must still not count
+    (readers resolve the newest state), and its garbage must not delete live objects."""
+    quick, a, b = _stale_writer(s3_backend, 5)
     a.append("t", batch("late", 1))  # a's base is stale: the commit must land after b's
     with quick.open(read_only=True) as r:
         assert values(r) == [b"a-0", b"b0-0", b"b1-0", b"b2-0", b"b3-0", b"b4-0", b"late-0"]
@@ -383,7 +390,7 @@ def test_a_root_idle_while_old_manifests_were_deleted_cannot_commit_into_the_gap
     time.sleep(0.35)
     maintain(a, now=int(time.time() * 1000), force=True)
     a.append("t", batch("after", 1))
-    with quick.open(read_only=True) as r:  # every object the newest manifest names is there
+    with quick.open(read_only=True) as r:  # every object the newest state names is there
         assert values(r)[-2:] == [b"late-0", b"after-0"]
     a.close()
     b.close()
@@ -425,17 +432,10 @@ def test_a_long_lived_root_sweeps_the_staged_objects_of_each_publish(s3_backend:
 
 
 def test_an_orphan_sweep_does_not_make_a_stale_snapshot_look_confirmed(s3_backend: Backend) -> None:
-    """The sweep resolves the newest manifest for its own judgement; that must not count as this
+    """The sweep resolves the newest state for its own judgement; that must not count as this
     root having confirmed its (older) snapshot, or its next commit skips the gap check and
-    lands in the gap of a deleted manifest, unseen by every reader."""
-    quick = Backend("s3", s3_backend.url, {**s3_backend.options, "pylog.file_delete_delay_ms": "300"})
-    a = quick.open()
-    a.create_topic("t", 1)
-    a.append("t", batch("a", 1))
-    b = quick.open()
-    for i in range(4):
-        b.append("t", batch(f"b{i}", 1))
-        time.sleep(0.35)
+    lands in the gap of a deleted commit, unseen by every reader."""
+    quick, a, b = _stale_writer(s3_backend, 4)
     a.storage.sweep_orphans()  # a still holds its old snapshot
     a.append("t", batch("late", 1))
     with quick.open(read_only=True) as r:
