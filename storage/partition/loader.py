@@ -10,7 +10,9 @@
    when missing or failing.  A sealed segment's are checked the same way when its indexes are
    first used (a read inside it, a timestamp lookup, its end), not at the load, as Kafka's lazy
    indexes: opening a log reads no file of a sealed segment, and makes no segment object but
-   the ones it uses (:mod:`segments`; the directory is listed once).  A damaged or missing one
+   the ones it uses (:mod:`segments`; the directory is listed once, or not at all when the
+   last writer closed the log cleanly and left the list of its segments, :mod:`closed_list`).
+   A damaged or missing one
    is then rebuilt from the ``.log``, whose bytes are kept.  (On an object store, whose files
    change only through commits, missing indexes are rebuilt at the load and the others are
    checked as they are loaded.)
@@ -47,9 +49,10 @@ from typing import Any
 from pylog.storage.backends.base import Storage, join
 from pylog.storage.config import LogConfig
 from pylog.storage.errors import StorageError, os_error_fix, os_error_reason
-from pylog.storage.partition import layout, segment_checks
+from pylog.storage.partition import closed_list, layout, segment_checks
 from pylog.storage.partition.listing import reader_segments
 from pylog.storage.partition.log import Log, now_ms
+from pylog.storage.partition.names import scan
 from pylog.storage.partition.segment import LogSegment
 from pylog.storage.partition.segments import SegmentList, as_list
 
@@ -180,12 +183,8 @@ def _load_log(
             storage.makedirs(directory)
             parent = directory.rstrip("/").rpartition("/")[0]
             storage.fsync_dir(parent)  # the new directory's name is durable (test_power_loss.py)
-        names = _remove_temp_files_and_complete_swaps(storage, directory, config, rec)
-        logs = {n[:20] for n in names if len(n) == 24 and n.endswith(".log")}
-        for n in _orphan_indexes(names, logs):
-            storage.delete(join(directory, n))
-            rec.removed_files.append(n)
-        bases = sorted([int(b) for b in logs if b.isascii() and b.isdigit()])
+        listed = closed_list.take(storage, directory)  # (the list a clean close left)
+        bases = listed if listed is not None else _listed_bases(storage, directory, config, rec)
         # after an unclean shutdown, the segment holding the recovery point and all later ones
         # are recovered (their indexes rebuilt); the active one's indexes are checked
         first = len(bases)
@@ -256,12 +255,33 @@ def _load_log(
     return LoadResult(result, rec, checked_from)
 
 
-def _remove_temp_files_and_complete_swaps(
-    storage: Storage, directory: str, config: LogConfig, rec: Recovery
-) -> list[str]:
-    """Step 1 of the module docstring; returns the names in ``directory`` afterwards (listed
-    once, and again only when something was changed)."""
+def _listed_bases(storage: Storage, directory: str, config: LogConfig, rec: Recovery) -> list[int]:
+    """Steps 1 and 2 (orphan indexes) of the module docstring on the listing of
+    ``directory``; returns the base offsets of its segments, ascending.  The names are looked
+    at in a few passes (:mod:`names`), one by one only when something is to be done."""
     names = storage.listdir(directory)
+    scanned = scan(names)
+    if scanned is None or scanned.has_temp:
+        names = _remove_temp_files_and_complete_swaps(storage, directory, config, rec, names)
+        scanned = scan(names)
+    if scanned is None:  # a name the passes cannot vouch for: one by one
+        logs = {n[:20] for n in names if len(n) == 24 and n.endswith(".log")}
+        orphans = _orphan_indexes(names, logs)
+        bases = sorted([int(b) for b in logs if b.isascii() and b.isdigit()])
+    else:
+        orphans = _orphan_indexes(names, set(scanned.logs)) if scanned.orphans else []
+        bases = scanned.bases()
+    for n in orphans:
+        storage.delete(join(directory, n))
+        rec.removed_files.append(n)
+    return bases
+
+
+def _remove_temp_files_and_complete_swaps(
+    storage: Storage, directory: str, config: LogConfig, rec: Recovery, names: list[str]
+) -> list[str]:
+    """Step 1 of the module docstring on ``names`` (the listing of ``directory``); returns the
+    names in ``directory`` afterwards (listed again only when something was changed)."""
     if not _TEMP_NAME.search("\n".join(names)):
         return names
     temp = [n for n in names if n.endswith((".deleted", ".cleaned", ".swap"))]

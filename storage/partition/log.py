@@ -31,7 +31,7 @@ from pylog.storage.errors import (
     RecordTooLargeError,
 )
 from pylog.storage.faults import Faults
-from pylog.storage.partition import layout, producer_state
+from pylog.storage.partition import closed_list, layout, producer_state
 from pylog.storage.partition.consistency import RELISTS as _RELISTS
 from pylog.storage.partition.consistency import ConsistentReads, now_ms
 from pylog.storage.partition.segment import LogSegment, fitting_batches
@@ -610,6 +610,8 @@ class Log(ConsistentReads):
         for seg in made_segments(self.segments):  # (a segment never made has no file open)
             seg.close_files()
         self.delete_pending(force=True)
+        if not self.read_only and self._failed is None:  # the next writer then lists nothing
+            closed_list.leave(self.storage, self.directory, self.segments)
 
 
 def _jitter(base_offset: int, config: LogConfig) -> int:
