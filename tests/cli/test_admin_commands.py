@@ -5,6 +5,8 @@ kafka-consumer-groups.sh --describe/--delete --group), on local disk and S3, run
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -114,3 +116,37 @@ def test_delete_group_removes_its_offsets_and_metadata(
         assert not root.storage.exists("pylog-consumer-metadata.app")
     status, _, err = run(capsys, backend, "delete-group", "app")
     assert status == 1 and "unknown consumer group 'app'" in err
+
+
+class Stop(Exception):
+    """Raised at a named step of a deletion: the process stops there."""
+
+
+def test_recover_completes_a_deletion_a_crash_interrupted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    backend = Backend("local", str(tmp_path / "root"))
+    make_root(backend)
+    root = backend.open()
+
+    def stop(step: str) -> None:
+        if step == "partition-deleted":  # the first partition directory is gone, the second not
+            raise Stop(step)
+
+    root.faults.hook = stop
+    with pytest.raises(Stop):
+        root.delete_topic("events")
+    assert root._writer is not None
+    root._writer.close()  # the process is gone, and its lock with it
+    assert sorted(n for n in os.listdir(backend.url) if n.startswith(("events-", "pylog-deleting"))) == [
+        "events-1",
+        "pylog-deleting-topic.events",
+    ]
+    assert run_json(capsys, backend, "list-topics")["topics"] == [
+        {"topic": "other", "partitions": 1, "config": {}}
+    ]
+    assert run_json(capsys, backend, "recover")["ok"] is True
+    assert not [n for n in os.listdir(backend.url) if n.startswith(("events-", "pylog-deleting"))]
+    assert run_json(capsys, backend, "list-groups")["groups"] == [
+        {"group": "app", "partitions": 1, "topics": ["other"]}
+    ]
