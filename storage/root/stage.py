@@ -27,7 +27,7 @@ import numpy as np
 
 from pylog.storage.backends.base import AppendFile, Storage
 from pylog.storage.backends.local import LocalStorage
-from pylog.storage.backends.objectstore.manifest import INLINE_MAX
+from pylog.storage.backends.objectstore.keys import INLINE_MAX
 from pylog.storage.codec import batch as B
 from pylog.storage.config import LogConfig
 from pylog.storage.partition import staging

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from pylog.storage.backends.objectstore.manifest import INLINE_MAX
+from pylog.storage.backends.objectstore.keys import INLINE_MAX
 from pylog.storage.backends.objectstore.storage import ObjectStorage
 from pylog.storage.errors import CommitConflictError, PylogError
 from pylog.storage.partition import checkpoint as ckpt

@@ -5,7 +5,7 @@
 Layers, top down: ``storage`` (the working copy published by commits); ``commitlog`` (finding
 and extending the newest state), ``orphans`` (the sweep), ``outside`` (objects outside the
 state: staged sink data, consumer offsets), ``worktree`` (the working copy), ``reads`` (ranged
-reads and their cache); ``manifest``, ``dirindex``, ``overlay`` (documents, directory listings,
-8-byte patches); ``snapshot`` (the state and its commit documents) and ``client``; ``options``
-(the storage options, pylog's own declared once).
+reads and their cache); ``keys``, ``dirindex``, ``overlay`` (object keys and inline files,
+directory listings, 8-byte patches); ``snapshot`` (the state and its commit documents) and
+``client``; ``options`` (the storage options, pylog's own declared once).
 """

@@ -49,7 +49,7 @@ import uuid
 from collections.abc import Callable
 
 from pylog.storage.backends.objectstore.client import PROBES, ObjectClient
-from pylog.storage.backends.objectstore.manifest import OUTSIDE, is_upload_key
+from pylog.storage.backends.objectstore.keys import OUTSIDE, is_upload_key
 from pylog.storage.backends.objectstore.snapshot import (
     CHECKPOINTS,
     HINT,

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from pylog.storage.backends.base import AppendFile
 from pylog.storage.backends.objectstore.client import ObjectClient
-from pylog.storage.backends.objectstore.manifest import OUTSIDE
+from pylog.storage.backends.objectstore.keys import OUTSIDE
 from pylog.storage.errors import StorageError
 
 

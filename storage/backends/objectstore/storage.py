@@ -28,7 +28,7 @@ crashed writer uploaded is unreferenced and removed by :meth:`ObjectStorage.swee
 
 The commit and checkpoint documents are in :mod:`~pylog.storage.backends.objectstore.snapshot`,
 finding the newest state and committing in :mod:`~pylog.storage.backends.objectstore.commitlog`,
-object keys and inline files in :mod:`~pylog.storage.backends.objectstore.manifest`, the orphan
+object keys and inline files in :mod:`~pylog.storage.backends.objectstore.keys`, the orphan
 sweep in
 :mod:`~pylog.storage.backends.objectstore.orphans`, the reading and caching of objects in
 :mod:`~pylog.storage.backends.objectstore.reads`, the working copy in
@@ -56,7 +56,7 @@ from typing import Any
 from pylog.storage.backends.base import AppendFile, Storage
 from pylog.storage.backends.objectstore import commitlog, orphans, overlay
 from pylog.storage.backends.objectstore.client import ObjectClient
-from pylog.storage.backends.objectstore.manifest import OUTSIDE, is_outside, parent
+from pylog.storage.backends.objectstore.keys import OUTSIDE, is_outside, parent
 from pylog.storage.backends.objectstore.outside import OutsideAppend, OutsideObjects
 from pylog.storage.backends.objectstore.reads import ObjectReader
 from pylog.storage.backends.objectstore.snapshot import LOG, Ref, Snapshot

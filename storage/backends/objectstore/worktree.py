@@ -5,8 +5,10 @@ A file of the tree is the state's :class:`~pylog.storage.backends.objectstore.sn
 transaction changes it, then an :class:`Entry`: bytes written since the last commit
 (``local``), a committed object read with 8-byte values put over it (``patch``), or a staged
 object adopted as the file.  Only the paths in :attr:`WorkingTree.touched` can differ from the
-state, so a commit looks at those alone (:meth:`WorkingTree.changes`).  The names of each
-directory are kept in a :class:`~pylog.storage.backends.objectstore.dirindex.DirIndex`.
+state, so a commit looks at those alone (:meth:`WorkingTree.changes`).  The state's file map is
+shared, never copied (:class:`TreeFiles` lays the transaction's entries over it), and the names of
+each directory are kept in a :class:`~pylog.storage.backends.objectstore.dirindex.DirIndex` that
+outlives a commit: what a transaction and its commit cost does not grow with the root's files.
 
 The tree does no locking and no I/O: its owner,
 :class:`~pylog.storage.backends.objectstore.storage.ObjectStorage`, does both.
@@ -15,12 +17,12 @@ The tree does no locking and no I/O: its owner,
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from pylog.storage.backends.base import AppendFile
 from pylog.storage.backends.objectstore.dirindex import DirIndex
-from pylog.storage.backends.objectstore.manifest import holds_inline, parent, upload_key
+from pylog.storage.backends.objectstore.keys import holds_inline, parent, upload_key
 from pylog.storage.backends.objectstore.snapshot import Ref, Snapshot
 from pylog.storage.errors import StorageError
 
@@ -32,6 +34,39 @@ class Entry:
     data: bytes | bytearray | None = None  # inline (committed) or written in this transaction
     local: bool = False  # written since the last commit
     patch: bytes | None = None  # 8-byte values read over the object (see snapshot.Ref.patch)
+
+
+class TreeFiles:
+    """The files of a working tree: the state's map (``base``, shared with the state and never
+    changed here) under the entries this transaction put (``over``; None: removed)."""
+
+    __slots__ = ("base", "over")
+
+    def __init__(self, base: dict[str, Ref] | None = None) -> None:
+        self.base: dict[str, Ref] = {} if base is None else base
+        self.over: dict[str, Entry | Ref | None] = {}
+
+    def get(self, path: str) -> Entry | Ref | None:
+        over = self.over
+        return over[path] if path in over else self.base.get(path)
+
+    def __contains__(self, path: object) -> bool:
+        over = self.over
+        return over[path] is not None if path in over else path in self.base
+
+    def __iter__(self) -> Iterator[str]:
+        over = self.over
+        yield from (p for p in self.base if p not in over)
+        yield from (p for p, e in over.items() if e is not None)
+
+    def set(self, path: str, entry: Entry | Ref) -> None:
+        self.over[path] = entry
+
+    def pop(self, path: str) -> Entry | Ref | None:
+        e = self.get(path)
+        if e is not None:
+            self.over[path] = None
+        return e
 
 
 class VirtualAppend(AppendFile):
@@ -89,23 +124,25 @@ class WorkingTree:
 
     def __init__(self, where: str) -> None:
         self.where = where  # the root's URL, for messages
-        self.files: dict[str, Entry | Ref] = {}  # the working tree: Refs are the snapshot's
+        self.files = TreeFiles()  # the working tree: Refs are the snapshot's
         self.touched: set[str] = set()  # paths added, changed or removed since the snapshot
         self.dirs: set[str] = set()
         self.dirty = False
         self.generation = 0  # counts resets: append handles of an older working copy reopen
         self._index: DirIndex | None = None  # the names per directory (lazy: names)
+        self._renamed = False  # a file or directory came or went since the snapshot
 
-    def reset(self, base: dict[str, Ref], dirs: set[str]) -> None:
-        """The tree of a state (its ``base`` files and ``dirs``), without changes."""
-        files: dict[str, Entry | Ref] = dict(base)
-        dirs = set(dirs)
-        if files.keys() != self.files.keys() or dirs != self.dirs:
-            self._index = None  # (after this root's own commit the names are the same)
-        self.files = files
+    def reset(self, base: dict[str, Ref], dirs: set[str], same_names: bool = False) -> None:
+        """The tree of a state (its ``base`` files and ``dirs``), without changes.
+        ``same_names``: the state holds exactly the paths and directories of this tree (the
+        state this tree's own commit published), so the names index is kept."""
+        if not (same_names or (base is self.files.base and not self._renamed)):
+            self._index = None  # (built again from the new tree when next needed)
+        self.files = TreeFiles(base)
         self.touched = set()
-        self.dirs = dirs
+        self.dirs = set(dirs)
         self.dirty = False
+        self._renamed = False
         self.generation += 1
 
     def changed(self, base: dict[str, Ref], dirs: set[str]) -> bool:
@@ -125,15 +162,16 @@ class WorkingTree:
         return False
 
     def changes(self, snapshot: Snapshot, token: str) -> tuple[dict[str, Ref], list[tuple[str, bytes]]]:
-        """The files of the state a commit on ``snapshot`` publishes, and the objects it uploads
-        for them (under keys of the writer ``token``)."""
-        files = dict(snapshot.files)  # then what this transaction touched
+        """The files among :attr:`touched` that the state a commit on ``snapshot`` holds (the
+        others it holds are ``snapshot``'s; a touched path missing here is removed), and the
+        objects it uploads for them (under keys of the writer ``token``)."""
+        files: dict[str, Ref] = {}
         uploads: list[tuple[str, bytes]] = []
         for path in sorted(self.touched):
             e = self.files.get(path)
             if e is None:
-                files.pop(path, None)
-            elif isinstance(e, Ref):
+                continue  # removed
+            if isinstance(e, Ref):
                 files[path] = e
             elif e.local:
                 data = bytes(e.data or b"")
@@ -162,7 +200,7 @@ class WorkingTree:
         """Put a file into the working tree (its directory too)."""
         if path not in self.files:
             self._index_add(path)
-        self.files[path] = entry
+        self.files.set(path, entry)
         self.touched.add(path)
         d = parent(path)
         if d and d not in self.dirs:
@@ -171,13 +209,13 @@ class WorkingTree:
 
     def rename(self, src: str, dst: str) -> None:
         self.put(dst, self.entry(src))
-        del self.files[src]
+        self.files.pop(src)
         self.touched.add(src)
         self._index_remove(src)
         self.dirty = True
 
     def remove(self, path: str) -> None:
-        if self.files.pop(path, None) is not None:
+        if self.files.pop(path) is not None:
             self.touched.add(path)
             self._index_remove(path)
             self.dirty = True
@@ -204,12 +242,14 @@ class WorkingTree:
         return self._index.names(directory)
 
     def _index_add(self, path: str) -> None:
+        self._renamed = True
         if self._index is not None:  # (otherwise built from the tree when next needed)
             self._index.add(path)
 
     def _index_remove(self, path: str) -> None:
+        self._renamed = True
         if self._index is not None:
             self._index.remove(path, lambda p: p in self.files or p in self.dirs)
 
 
-__all__ = ["Entry", "VirtualAppend", "WorkingTree"]
+__all__ = ["Entry", "TreeFiles", "VirtualAppend", "WorkingTree"]

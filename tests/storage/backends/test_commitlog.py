@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from pylog.storage.backends.objectstore import commitlog
-from pylog.storage.backends.objectstore.manifest import INLINE_MAX
+from pylog.storage.backends.objectstore.keys import INLINE_MAX
 from pylog.storage.backends.objectstore.snapshot import CHECKPOINTS, HINT, LOG, Snapshot, commit_key
 from pylog.storage.backends.objectstore.storage import ObjectStorage
 from pylog.storage.errors import UnsupportedFormatError

@@ -1,4 +1,4 @@
-"""Object-store specifics (storage/backends/objectstore/: storage, manifest, orphans, client), on moto.
+"""Object-store specifics (storage/backends/objectstore/: storage, keys, orphans, client), on moto.
 
 What a local root has no equivalent of: the commit log (one commit per change, none for a
 no-op; more in test_commitlog.py), reader snapshots, ranged GETs, merging the small segments
