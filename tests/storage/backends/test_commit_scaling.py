@@ -1,8 +1,8 @@
 """A commit on an object store costs what it changes, whatever the root's history.
 
 Appends of 4 records to every partition, no maintenance in between (segment objects pile up):
-the requests, the bytes of a commit and the segments it opens are counted, not timed, early and
-late in the run."""
+the requests, the bytes of a commit, the segments it opens, the file entries it hands to the
+commit log and the paths it indexes are counted, not timed, early and late in the run."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from pylog.storage.backends.objectstore import worktree
 from pylog.storage.backends.objectstore.client import ObjectClient
+from pylog.storage.backends.objectstore.dirindex import DirIndex
 from pylog.storage.backends.objectstore.snapshot import LOG
 from pylog.storage.backends.objectstore.storage import ObjectStorage
 from pylog.storage.partition import segment
@@ -43,9 +45,24 @@ def _table(i: int) -> pa.Table:
 
 
 def _run(root: Root, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
-    """Per commit: its requests by kind, the bytes of its commit document, the segments opened."""
+    """Per commit: its requests by kind, the bytes of its commit document, the segments opened,
+    the file entries the working tree hands to the commit log, the paths put into a names index,
+    and whether the working tree after it shares the state's file map (no copy)."""
     commit_bytes: list[int] = []
     segments = [0]
+    entries: list[int] = []
+    indexed = [0]
+    changes, index_add = worktree.WorkingTree.changes, DirIndex.add
+
+    def counted_changes(self: worktree.WorkingTree, *args: Any) -> Any:
+        files, uploads = changes(self, *args)
+        entries.append(len(files))
+        return files, uploads
+
+    def counted_add(self: DirIndex, path: str) -> None:
+        indexed[0] += 1
+        index_add(self, path)
+
     create_once = ObjectClient._create_once
 
     def create(self: ObjectClient, key: str, data: bytes) -> Any:
@@ -61,16 +78,24 @@ def _run(root: Root, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]
 
     monkeypatch.setattr(ObjectClient, "_create_once", create)
     monkeypatch.setattr(segment.LogSegment, "__init__", counted_init)
-    counts = _storage(root).store.requests.counts
+    monkeypatch.setattr(worktree.WorkingTree, "changes", counted_changes)
+    monkeypatch.setattr(DirIndex, "add", counted_add)
+    st = _storage(root)
+    counts = st.store.requests.counts
     for i in range(COMMITS):
         counts.clear()
         commit_bytes.clear()
-        segments[0] = 0
+        entries.clear()
+        segments[0] = indexed[0] = 0
         root.append("t", _table(i))
+        tree = st._tree
         yield {
             "requests": dict(counts),
             "commit_bytes": sum(commit_bytes),
             "segments_opened": segments[0],
+            "entries": sum(entries),
+            "indexed": indexed[0],
+            "shared": tree.files.base is st.snapshot.files and not tree.files.over,
         }
 
 
@@ -109,3 +134,15 @@ def test_segments_opened_per_commit_do_not_grow(rows: list[dict[str, Any]]) -> N
     early = _median(rows, EARLY, lambda r: r["segments_opened"])
     late = _median(rows, LATE, lambda r: r["segments_opened"])
     assert late <= early + PARTITIONS, (early, late)
+
+
+def test_a_commit_handles_the_entries_it_changes_not_the_whole_file_map(rows: list[dict[str, Any]]) -> None:
+    # the working tree shares the state's file map (never a copy of it) ...
+    assert all(r["shared"] for r in rows)
+    # ... hands the commit log the files the transaction touched (a few per partition), not the
+    # map, which grew by the segments sealed meanwhile ...
+    early = _median(rows, EARLY, lambda r: r["entries"])
+    late = _median(rows, LATE, lambda r: r["entries"])
+    assert 0 < late <= early + PARTITIONS, (early, late)
+    # ... and keeps the names of each directory up to date instead of indexing the tree again
+    assert max(rows[i]["indexed"] for i in LATE) <= max(rows[i]["indexed"] for i in EARLY) + 4 * PARTITIONS
