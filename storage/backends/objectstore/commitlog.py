@@ -353,7 +353,8 @@ def publish(
     touched: set[str] | None = None,
 ) -> Published:
     """Commit the tree ``files``/``dirs`` (whose objects are uploaded) as the state after
-    ``base``; see the module doc.  Raises CommitConflictError when another writer's change
+    ``base``; see the module doc.  With ``touched`` (the paths that may differ from ``base``),
+    ``files`` need hold only those.  Raises CommitConflictError when another writer's change
     overlaps."""
     ours = diff(base, files, dirs, touched)
     dropped = dropped_keys(base, ours)

@@ -188,8 +188,8 @@ def diff(
     base: Snapshot, files: dict[str, Ref], dirs: set[str], touched: Iterable[str] | None = None
 ) -> Change:
     """The change from ``base`` to the tree ``files``/``dirs`` (garbage not included).
-    ``touched``: the only paths that may differ (the rest of ``files`` is ``base``'s), so that
-    the cost is that of the change, not of the tree."""
+    ``touched``: the only paths that may differ; ``files`` then need hold no other path (the
+    rest of the tree is ``base``'s), so that the cost is that of the change, not of the tree."""
     ch = Change()
     paths = files.keys() if touched is None else [p for p in touched if p in files]
     for path in paths:
