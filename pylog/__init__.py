@@ -40,6 +40,7 @@ from pylog.storage.errors import (
     StorageError,
     StorageIOError,
     TopicExistsError,
+    UnknownGroupError,
     UnknownTopicError,
     UnsupportedFormatError,
 )
@@ -76,6 +77,7 @@ __all__ = [
     "StorageError",
     "StorageIOError",
     "TopicExistsError",
+    "UnknownGroupError",
     "UnknownTopicError",
     "UnsupportedFormatError",
     "open",
