@@ -133,13 +133,17 @@ def become_writer(storage: Storage, lock_timeout: float) -> WriterStart:
     clean-shutdown marker (a crash from then on is an unclean shutdown), read the recovery
     points and the log start offsets, and read the state (``pylog-state.json``) as the writer.
 
-    A damaged checkpoint raises :class:`CorruptCheckpointError`: a writer never guesses.  The
-    logs are opened (recovered) afterwards, each as first used (:func:`open_log`)."""
+    A damaged checkpoint raises :class:`CorruptCheckpointError`: a writer never guesses.  A step
+    that raises releases the lock before the error propagates.  The logs are opened (recovered)
+    afterwards, each as first used (:func:`open_log`)."""
     lock = take_lock(storage, lock_timeout)
-    had_clean_shutdown = consume_clean_shutdown(storage)
-    recovery_points = ckpt.read_offsets(storage, ckpt.RECOVERY_POINT)
-    start_offsets = ckpt.read_offsets(storage, ckpt.LOG_START_OFFSET)
-    state = read_state(storage)
+    with contextlib.ExitStack() as on_failure:
+        on_failure.push(lock)  # a step failing releases the lock at once (not at garbage collection)
+        had_clean_shutdown = consume_clean_shutdown(storage)
+        recovery_points = ckpt.read_offsets(storage, ckpt.RECOVERY_POINT)
+        start_offsets = ckpt.read_offsets(storage, ckpt.LOG_START_OFFSET)
+        state = read_state(storage)
+        on_failure.pop_all()
     return WriterStart(lock, had_clean_shutdown, recovery_points, start_offsets, state)
 
 
