@@ -118,6 +118,7 @@ class Root(Transactions, TableReading, Repairs):
         partition_count(partitions)
         cfg = LogConfig.from_dict(config or {})
         self._ensure_writer()
+        topics.finish_delete(self, name)  # a deletion of the name that failed midway
         if name in self._meta:
             if exist_ok:
                 return

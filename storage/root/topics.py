@@ -110,6 +110,17 @@ def _delete(root: Root, name: str, if_exists: bool) -> bool:
     return True
 
 
+def finish_delete(root: Root, name: str) -> None:
+    """Complete the deletion of ``name`` if one failed midway in this process (its intent file
+    is there): run before ``name`` is created again, so that the new topic takes none of the
+    old partitions' files and the next writer does not delete it."""
+    path = intent_file(name)
+    with root_step(root.storage, path, "check whether it exists"):
+        pending = root.storage.exists(path)
+    if pending:
+        _finish(root, name)
+
+
 def pending_deletes(storage: Storage) -> list[str]:
     """The topics whose deletion a crash interrupted (their intent files)."""
     with root_step(storage, "", "list the files of"):

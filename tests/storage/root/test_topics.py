@@ -176,3 +176,33 @@ def test_a_crash_after_any_write_leaves_a_root_with_the_topic_whole_or_deleted()
                 outcomes.add("deleted")
             root.close()
     assert outcomes == {"whole", "deleted"}
+
+
+def test_a_topic_created_again_after_a_failed_deletion_is_new_and_kept(backend: Backend) -> None:
+    """A deletion that failed midway (an I/O error) in a process that goes on: creating the
+    topic again first completes the deletion, so the new topic holds none of the old data and
+    the next writer does not delete it."""
+    with backend.open() as root:
+        fill(root)
+    root = backend.open()
+
+    def fail(name: str) -> None:
+        if name == "partition-deleted":
+            root.faults.hook = None
+            raise Stop(name)
+
+    root.faults.hook = fail
+    with pytest.raises(Stop):
+        root.delete_topic("a")
+    if not backend.is_local:  # the transaction was not committed: the topic is whole
+        assert rows(root, "a") == [b"x", b"y", b"z"]
+        root.close()
+        return
+    root.create_topic("a", partitions=2)
+    assert root.read_table("a").num_rows == 0
+    root.append("a", [b"new"], partition=1)
+    root.close()
+    with backend.open() as root:
+        root.become_writer()  # (finishes interrupted deletions: none left)
+        assert rows(root, "a") == [b"new"]
+        assert pending_deletes(root.storage) == []
