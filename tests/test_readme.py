@@ -20,9 +20,12 @@ import ast
 import json
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,8 +90,7 @@ BLOCKS: dict[tuple[str, int], str] = {
     ("Kafka clients", 0): "untested: servers that run until stopped, on the fixed port 9092 and "
     "0.0.0.0; tests/server/conftest.py runs `pylog serve ROOT --port 0` and reads where it "
     "listens from its first line",
-    ("Kafka clients", 1): "untested: kcat's consumer-group line runs until stopped; "
-    "tests/server/test_librdkafka.py runs kcat's produce and consume against the server",
+    ("Kafka clients", 1): "test_kcat_commands",
     ("Kafka clients", 2): "test_confluent_kafka_clients",
     ("Examples", 0): "untested: tests/test_examples.py runs every example and the notebook",
     ("The `pylog` command", 0): "test_pylog_commands",
@@ -299,6 +301,61 @@ def test_confluent_kafka_clients(tmp_path: Path) -> None:
     with pylog.open(server.root, read_only=True) as root:
         assert root.partitions("events") == 4
         assert root.read_table("events").column("key").to_pylist() == [b"user-1"]
+
+
+def _group_lag(root: Path, group: str) -> int | None:
+    """The lag of ``group``'s committed offsets in ``root`` (None: no offsets committed yet)."""
+    from pylog.storage.errors import UnknownGroupError
+    from pylog.storage.root.groups import describe_group
+
+    with pylog.open(root, read_only=True) as r:
+        try:
+            return describe_group(r, group)["lag"]
+        except UnknownGroupError:
+            return None
+
+
+def test_kcat_commands(tmp_path: Path) -> None:
+    """kcat's lines as written against a ``pylog serve`` started here, on a root where ``users``
+    exists (the server does not create topics, as the README says).  The consumer-group line runs
+    until stopped: it is stopped (SIGTERM, on which kcat prints what it consumed and leaves the
+    group) once the group's committed offsets reach the log end."""
+    pytest.importorskip("kio", reason="pylog serve needs the serve extra (pip install '.[serve]')")
+    if shutil.which("kcat") is None:
+        pytest.skip("kcat is not on the PATH (Debian: apt-get install kcat)")
+    from tests.server.conftest import ServeProcess
+
+    root = tmp_path / "root"
+    _run(f"pylog create-topic {root} users --partitions 4", tmp_path, timeout=120, shell=True)
+    server = ServeProcess(str(root), tmp_path).start()
+    code = block("Kafka clients", 1)
+    assert "kcat -b 127.0.0.1:9092 -G audit" in code
+    work = tmp_path / "cwd"
+    work.mkdir(exist_ok=True)
+    shell = ["bash", "-e", "-o", "pipefail", "-c", code.replace("127.0.0.1:9092", server.bootstrap)]
+    proc = subprocess.Popen(
+        shell, cwd=work, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while _group_lag(root, "audit") != 0:  # kcat commits every 5 s (auto.commit.interval.ms)
+            assert proc.poll() is None and time.monotonic() < deadline, proc.poll()
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        server.stop()
+    text = stdout.decode()
+    assert "1 brokers:" in text, text  # -L
+    assert re.search(r"^users \[\d\] @0 user-1: \{\"plan\":\"pro\"\}$", text, flags=re.M), text  # -C
+    group_lines = [line for line in text.splitlines() if line.startswith('{"plan"')]  # -G: values
+    assert sorted(group_lines) == ['{"plan":"free"}', '{"plan":"pro"}'], (text, stderr.decode()[-3000:])
+    with pylog.open(root, read_only=True) as r:
+        got = r.read_table("users")
+    assert sorted(got.column("key").to_pylist()) == [b"user-1", b"user-2"]
 
 
 # ---------------------------------------------------------------------------- the pylog command
