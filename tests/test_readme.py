@@ -10,9 +10,11 @@ Each block runs in a fresh process (the venv's interpreter, or bash with the ven
 the reader's machine is replaced: ``/data/logs`` and ``/data/checkpoints`` by temporary
 directories, the S3 endpoint and buckets by the local moto server's (its credentials come from
 the environment, as the README advises), ``127.0.0.1:9092`` by a ``pylog serve`` started here.
-A Spark block gets what the README leaves to the reader (a session, ``events_df``,
-``static_df``) from a prelude, and no register call: Spark must find ``format("pylog")`` by
-itself from that directory."""
+What the README leaves to the reader comes from a prelude: a Spark session, ``events_df`` and
+``static_df`` for the Spark blocks (and no register call before the Quickstart's queries: Spark
+must find ``format("pylog")`` by itself from that directory; the README's register block runs
+after them), the Quickstart's imports for the S3 blocks, the topic the kcat lines use and the
+consumer group ``pylog describe-group`` describes."""
 
 from __future__ import annotations
 
