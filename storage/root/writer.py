@@ -57,6 +57,7 @@ from pylog.storage.errors import (
     CorruptCheckpointError,
     LogLockedError,
     StorageError,
+    UnknownTopicError,
     os_error_fix,
     os_error_reason,
 )
@@ -218,12 +219,26 @@ def open_log(
         recoveries.append(result.recovery)
     if not writer:
         lg.damage = _reader_damage(lg, log_start_offset, high_watermark)
+        if lg.damage:
+            _refuse_deleted(storage, topic, directory, lg)
         lg.high_watermark = high_watermark
         return lg, None
     _refuse_damage(storage, directory, config, result, high_watermark)
     lg.high_watermark = high_watermark
     _truncate_unacknowledged(storage, directory, result, high_watermark)
     return lg, result.recovery
+
+
+def _refuse_deleted(storage: Storage, topic: str, directory: str, lg: Log) -> None:
+    """A reader whose partition's files are gone because the topic was deleted since it read
+    the topics: an :class:`UnknownTopicError` saying so, not damage to repair."""
+    if storage.isdir(directory) or topic in TopicMetadata.load(storage):
+        return
+    lg.close()
+    raise UnknownTopicError(
+        f"topic {topic!r} was deleted from {storage.describe()} after this reader read its topics "
+        f"({directory} is gone): open the root again"
+    )
 
 
 def _refuse_start_beyond(directory: str, log_start_offset: int, high_watermark: int | None) -> None:

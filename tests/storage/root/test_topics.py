@@ -206,3 +206,21 @@ def test_a_topic_created_again_after_a_failed_deletion_is_new_and_kept(backend: 
         root.become_writer()  # (finishes interrupted deletions: none left)
         assert rows(root, "a") == [b"new"]
         assert pending_deletes(root.storage) == []
+
+
+def test_a_reader_opened_before_the_deletion_is_told_the_topic_was_deleted(backend: Backend) -> None:
+    """A reader that learnt the topics before the deletion and opens its logs after it: an
+    unknown topic, named as deleted (not damage that ``pylog recover`` would be asked to fix)."""
+    with backend.open() as root:
+        fill(root)
+    reader = backend.open(read_only=True)
+    with backend.open() as root:
+        root.delete_topic("a")
+    if not backend.is_local:  # a reader keeps its state, whose files outlive it a while
+        assert rows(reader, "a") == [b"x", b"y", b"z"]
+        return
+    with pytest.raises(
+        UnknownTopicError, match=r"^topic 'a' was deleted from .* \(a-0 is gone\): open the root again$"
+    ):
+        reader.read_table("a")
+    assert rows(reader, "a-1") == [b"kept"]
