@@ -68,6 +68,8 @@ def validate_topic_name(name: str) -> str:
     raises :class:`ConfigError` naming the topic and the rule it breaks.  These rules also keep a
     partition directory ``<topic>-<partition>`` inside the root.
     """
+    if type(name) is str and name in _VALID_TOPIC_NAMES:
+        return name
     if not isinstance(name, str):
         raise ConfigError(f"topic name must be a string, got {type(name).__name__} {show(name)}")
     if not name:
@@ -85,7 +87,16 @@ def validate_topic_name(name: str) -> str:
             f"topic name {show(name)} is illegal: it contains {', '.join(map(repr, bad))}; only ASCII "
             "letters, digits, '.', '_' and '-' are allowed"
         )
+    if type(name) is str:
+        if len(_VALID_TOPIC_NAMES) >= _VALID_KEPT:
+            _VALID_TOPIC_NAMES.clear()
+        _VALID_TOPIC_NAMES.add(name)
     return name
+
+
+_VALID_KEPT = 4096
+_VALID_TOPIC_NAMES: set[str] = set()
+"""Names found legal (up to ``_VALID_KEPT``): a name seen again is not matched again."""
 
 
 # ---------------------------------------------------------------------------------------------

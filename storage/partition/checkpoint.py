@@ -20,6 +20,8 @@ such errors; deciding that is the caller's business.
 
 from __future__ import annotations
 
+import json
+import operator
 import re
 from collections.abc import Mapping
 
@@ -96,10 +98,41 @@ def format_offsets(entries: Mapping[tuple[str, int], int]) -> bytes:
     Raises :class:`ConfigError` for an illegal topic name or partition and
     :class:`InvalidOffsetError` for an offset outside int64.
     """
-    rows = sorted(_check_entry(key, offset) for key, offset in entries.items())
-    lines = [str(VERSION), str(len(rows))]
-    lines += [f"{topic} {partition} {offset}" for topic, partition, offset in rows]
-    return ("\n".join(lines) + "\n").encode("ascii")
+    if not _plainly_valid(entries):  # something to report (or int subclasses): entry by entry
+        for key, offset in entries.items():
+            _check_entry(key, offset)
+    keys = sorted(entries)
+    body = "".join([f"{k[0]} {k[1]} {entries[k]}\n" for k in keys])
+    return f"{VERSION}\n{len(keys)}\n{body}".encode("ascii")
+
+
+def _plainly_valid(entries: Mapping[tuple[str, int], int]) -> bool:
+    """Whether ``entries`` are valid (str, int) keys and int offsets, checked in whole-column
+    passes (each distinct topic name validated once); False when a check fails, for
+    :func:`_check_entry` to name the entry."""
+    if not entries:
+        return True
+    keys = entries.keys()
+    if set(map(type, keys)) != {tuple} or set(map(len, keys)) != {2}:
+        return False
+    topics = set(map(_first, keys))
+    partitions = list(map(_second, keys))
+    offsets = entries.values()
+    if set(map(type, topics)) != {str} or set(map(type, partitions)) | set(map(type, offsets)) != {int}:
+        return False
+    if min(partitions) < 0 or max(partitions) > INT32_MAX:
+        return False
+    if min(offsets) < INT64_MIN or max(offsets) > INT64_MAX:
+        return False
+    try:
+        for topic in topics:
+            validate_topic_name(topic)
+    except ConfigError:
+        return False
+    return True
+
+
+_first, _second = operator.itemgetter(0), operator.itemgetter(1)
 
 
 def parse_offsets(data: bytes, *, path: str | None = None) -> dict[tuple[str, int], int]:
@@ -189,14 +222,13 @@ def parse_offsets(data: bytes, *, path: str | None = None) -> dict[tuple[str, in
 
 
 _CANONICAL = re.compile(r"0\n([0-9]{1,9})\n((?:[A-Za-z0-9._-]{1,249} [0-9]{1,9} -?[0-9]{1,18}\n)*)")
-_CANONICAL_ENTRY = re.compile(r"([A-Za-z0-9._-]+) ([0-9]+) (-?[0-9]+)\n")
 
 
 def _parse_canonical(data: bytes) -> Offsets | None:
     """The entries of a checkpoint in the form :func:`format_offsets` writes (numbers in range,
-    one space between the fields), matched by a regular expression: no Python step per line
-    but the conversion.  None for anything else (and for any error), which the line-by-line
-    parser then reads or rejects naming the line."""
+    one space between the fields), matched by one regular expression, then split and converted
+    in whole-file passes: no Python step per line.  None for anything else (and for any error),
+    which the line-by-line parser then reads or rejects naming the line."""
     try:
         text = bytes(data).decode("ascii")
     except UnicodeDecodeError:
@@ -204,19 +236,25 @@ def _parse_canonical(data: bytes) -> Offsets | None:
     m = _CANONICAL.fullmatch(text)
     if m is None:
         return None
-    rows = _CANONICAL_ENTRY.findall(m.group(2))
+    fields = m.group(2).split()  # (the match holds three fields a line, one space between)
+    topics = fields[0::3]
     try:
-        for topic in {t for t, _, _ in rows}:
+        for topic in set(topics):
             validate_topic_name(topic)
-    except ConfigError:
+        # the numbers as JSON arrays: converted in C (a leading zero is not JSON: the slow path)
+        partitions = json.loads("[" + ",".join(fields[1::3]) + "]")
+        offsets = json.loads("[" + ",".join(fields[2::3]) + "]")
+    except (ConfigError, ValueError):
         return None
-    result = {(t, int(p)): int(o) for t, p, o in rows}
-    return result if len(result) == len(rows) == int(m.group(1)) else None
+    result = dict(zip(zip(topics, partitions, strict=True), offsets, strict=True))
+    return result if len(result) == len(topics) == int(m.group(1)) else None
 
 
 def write_offsets(storage: Storage, path: str, entries: Mapping[tuple[str, int], int]) -> None:
     """Durably replace the checkpoint at ``path`` (root-relative) with ``entries``."""
-    storage.write_atomic(path, format_offsets(entries))
+    data = format_offsets(entries)
+    storage.write_atomic(path, data)
+    _remember(storage, path, data, dict(entries))  # the next read of these bytes parses nothing
 
 
 def read_offsets(storage: Storage, path: str) -> dict[tuple[str, int], int]:
@@ -235,10 +273,16 @@ def read_offsets(storage: Storage, path: str) -> dict[tuple[str, int], int]:
     if hit is not None and hit[0] == data:  # read again unchanged (a root opened, then writing)
         return dict(hit[1])
     parsed = parse_offsets(data, path=path)
-    _parsed[key] = (bytes(data), parsed)
+    _remember(storage, path, data, parsed)
+    return dict(parsed)
+
+
+def _remember(storage: Storage, path: str, data: bytes, entries: Offsets) -> None:
+    key = (storage.describe(), path)
+    _parsed.pop(key, None)
+    _parsed[key] = (bytes(data), entries)
     while len(_parsed) > _PARSED_KEPT:
         del _parsed[next(iter(_parsed))]
-    return dict(parsed)
 
 
 _PARSED_KEPT = 16

@@ -130,6 +130,7 @@ class Root(Transactions, TableReading, Repairs):
         try:
             for p in range(partitions):
                 self.storage.makedirs(partition_dir(name, p))
+            self.storage.fsync_dir("")  # the directories' names are durable before any append
             for p in range(partitions):
                 lg = self.log(name, p)
                 lg.high_watermark = self._state.high_watermarks[(name, p)] = lg.log_end_offset
@@ -178,6 +179,7 @@ class Root(Transactions, TableReading, Repairs):
             )
         for p in range(old, old + count):
             self.storage.makedirs(partition_dir(topic, p))
+        self.storage.fsync_dir("")  # the directories' names are durable before any append
         self._meta.set_partitions(topic, old + count)
         for p in range(old, old + count):
             lg = self.log(topic, p)
@@ -522,12 +524,14 @@ class Root(Transactions, TableReading, Repairs):
         self.checkpoint()
 
     def checkpoint(self) -> None:
-        """Write the recovery-point and log-start-offset checkpoints (writer only)."""
+        """Write the recovery-point and log-start-offset checkpoints and fold the state's
+        journal into the state file (writer only)."""
         if self._writer is None:
             return
         writer.write_checkpoints(
             self.storage, self._logs, self._recovery_points, self._start_offsets, self.faults.step
         )
+        pub.fold_state(self.storage, self._state)
 
     def close(self) -> None:
         """Flush, write checkpoints and (as the writer) the clean-shutdown marker."""

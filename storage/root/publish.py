@@ -1,19 +1,7 @@
-"""Atomic publishing: high watermarks and exactly-once sink commits in one state file.
+"""Atomic publishing: high watermarks and exactly-once sink commits in one atomic step.
 
-    <root>/pylog-state.json   {"version": 2,
-                               "high_watermarks": {"<topic>": {"<partition>": <offset>}},
-                               "queries": {"<query id>": {"batch": <last committed batch id>,
-                                                          "seen": <ms of its last commit>}},
-                               "sinks": {"<sink id>": <last committed batch id>}}
-
-``queries`` holds one record per streaming query (Spark's query id, kept in the query's
-checkpoint): the exactly-once key.  A record not refreshed by a commit for the retention time
-(``DEFAULT_QUERY_RETENTION_MS``, the sink option ``queryRetentionMs``) is dropped by the next
-commit, as Delta Lake expires its ``txn`` entries.  ``sinks`` are records of version 1 files,
-keyed by a hash of the checkpoint location: kept as read, consulted once by the first commit of
-a query that names that sink (``legacy_sink``), and then replaced by the query's record.  A
-version 1 file is read as version 2 with its ``sinks`` and no ``queries``, and written back as
-version 2.
+The state (high watermarks, the queries' committed batches) is kept by :mod:`state`: the
+state file ``pylog-state.json`` and, on local disk, its journal ``pylog-state.journal``.
 
 The high watermark (HW) of a partition is the end of its *acknowledged* data: readers never
 read at or beyond it, and a writer that opens the root truncates each log back to its HW
@@ -22,10 +10,12 @@ to its high watermark.  A publish therefore is:
 
 1. append the staged batches to their partition logs (offsets assigned by the log, as a
    partition leader does) and fsync them;
-2. replace ``pylog-state.json`` (tmp → fsync → rename → fsync dir) with the new HWs *and*
-   the query's batch id.
+2. record the new HWs *and* the query's batch id in one atomic step
+   (:func:`state.write_state`): one line appended to the state's journal and fsynced on local
+   disk (a line cut short by a crash is not a record), the state file replaced by the
+   transaction's commit on object stores.
 
-Step 2 is a single atomic rename, so the data becoming visible and the record of
+Step 2 is a single atomic step, so the data becoming visible and the record of
 (query, batchId) that makes a replay a no-op happen together: a crash before it leaves the
 appended bytes invisible (and truncated by the next writer), a crash after it leaves a
 committed batch that a replayed ``commit`` skips.  Partitions without a HW entry (logs copied
@@ -44,7 +34,6 @@ names, and a sweep removes those of committed or abandoned batches.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import time
@@ -52,139 +41,31 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from pylog.storage.backends.base import STAGE_PREFIX, Storage
-from pylog.storage.errors import CorruptMetadataError, PylogError
+from pylog.storage.errors import PylogError
 from pylog.storage.partition import staging
 from pylog.storage.partition.log import AppendInfo, Log
 from pylog.storage.partition.staging import StagedSegment
-from pylog.storage.root.metadata import partition_dir, root_step
+from pylog.storage.root.metadata import partition_dir
+from pylog.storage.root.state import (
+    DEFAULT_QUERY_RETENTION_MS,
+    JOURNAL_FILE,
+    STATE_FILE,
+    STATE_VERSION,
+    BatchCommit,
+    PublishState,
+    QueryRecord,
+    fold_state,
+    read_state,
+    write_state,
+)
 
-STATE_FILE = "pylog-state.json"
 _SINK_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
-
-DEFAULT_QUERY_RETENTION_MS = 7 * 24 * 3600 * 1000
-"""How long the record of a streaming query that stopped committing is kept (7 days): a
-query restarted later than that from its checkpoint is a new query, and a replay of its last
-batch is written again."""
-
-STATE_VERSION = 2
 
 COPY_BELOW_BYTES = 8 << 20
 """A staged segment smaller than this is copied into the partition's active segment by the
 commit instead of becoming a segment of its own: small micro-batches do not make a segment
 each (copying 8 MiB costs a few milliseconds; a larger one is linked, at O(batches))."""
-
-
-@dataclass(frozen=True)
-class QueryRecord:
-    batch: int  # the last batch id the query published
-    seen: int  # ms since the epoch of that commit
-
-
-@dataclass(frozen=True)
-class BatchCommit:
-    """What a publish records with its high watermarks: ``batch`` of the writer ``query``
-    (Spark's streaming query id), at ``now`` ms; records of other queries older than
-    ``retention_ms`` are dropped; ``legacy_sink`` names a version 1 sink record that this
-    commit replaces."""
-
-    query: str
-    batch: int
-    now: int
-    retention_ms: int = DEFAULT_QUERY_RETENTION_MS
-    legacy_sink: str | None = None
-
-
-@dataclass
-class PublishState:
-    """High watermarks per (topic, partition) and the last committed batch per query."""
-
-    high_watermarks: dict[tuple[str, int], int] = field(default_factory=dict)
-    sinks: dict[str, int] = field(default_factory=dict)  # version 1 records, by sink id
-    queries: dict[str, QueryRecord] = field(default_factory=dict)
-
-    def last_batch(self, query: str, legacy_sink: str | None = None) -> int:
-        """The last batch ``query`` published (-1 if none).  A query without a record of its
-        own is answered from the version 1 record of ``legacy_sink`` (a query that ran on an
-        older pylog, keyed by its checkpoint), until its first commit replaces it."""
-        rec = self.queries.get(query)
-        if rec is not None:
-            return rec.batch
-        if query in self.sinks:  # direct callers that keyed their publishes by sink id
-            return self.sinks[query]
-        return self.sinks.get(legacy_sink, -1) if legacy_sink else -1
-
-    def record(self, commit: BatchCommit) -> None:
-        """Record a published batch and expire queries not seen for ``retention_ms``."""
-        self.sinks.pop(commit.query, None)
-        if commit.legacy_sink:
-            self.sinks.pop(commit.legacy_sink, None)
-        self.queries[commit.query] = QueryRecord(commit.batch, commit.now)
-        horizon = commit.now - commit.retention_ms
-        for q in [q for q, r in self.queries.items() if r.seen < horizon and q != commit.query]:
-            del self.queries[q]
-
-    def to_json(self) -> bytes:
-        hw: dict[str, dict[str, int]] = {}
-        for (topic, p), off in sorted(self.high_watermarks.items()):
-            hw.setdefault(topic, {})[str(p)] = off
-        queries = {q: {"batch": r.batch, "seen": r.seen} for q, r in sorted(self.queries.items())}
-        return json.dumps(
-            {
-                "version": STATE_VERSION,
-                "high_watermarks": hw,
-                "queries": queries,
-                "sinks": dict(sorted(self.sinks.items())),
-            },
-            separators=(",", ":"),  # (no indent: the C encoder, a root of thousands of partitions)
-        ).encode()
-
-    @staticmethod
-    def from_json(data: bytes, path: str) -> PublishState:
-        try:
-            doc = json.loads(data)
-            version = doc.get("version")
-            if version not in (1, STATE_VERSION):
-                raise ValueError(f"unsupported version {version!r} (expected 1 or {STATE_VERSION})")
-            hw = {
-                (str(t), int(p)): int(o)
-                for t, parts in doc["high_watermarks"].items()
-                for p, o in parts.items()
-            }
-            sinks = {str(k): int(v) for k, v in doc["sinks"].items()}
-            queries = {
-                str(q): QueryRecord(int(r["batch"]), int(r["seen"]))
-                for q, r in (doc["queries"] if version == STATE_VERSION else {}).items()
-            }
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise CorruptMetadataError(f"{path}: not a valid pylog state file: {e}") from e
-        return PublishState(hw, sinks, queries)
-
-
-def read_state(storage: Storage) -> PublishState:
-    with root_step(storage, STATE_FILE, "read it"):  # an I/O error names the file
-        if not storage.exists(STATE_FILE):
-            return PublishState()
-        data = storage.read(STATE_FILE)
-    key = storage.describe()
-    hit = _parsed_states.get(key)
-    if hit is None or hit[0] != data:  # (read again unchanged: a root opened, then writing)
-        hit = (bytes(data), PublishState.from_json(data, f"{key}/{STATE_FILE}"))
-        _parsed_states[key] = hit
-        while len(_parsed_states) > _PARSED_KEPT:
-            del _parsed_states[next(iter(_parsed_states))]
-    state = hit[1]
-    return PublishState(dict(state.high_watermarks), dict(state.sinks), dict(state.queries))
-
-
-_PARSED_KEPT = 16
-_parsed_states: dict[str, tuple[bytes, PublishState]] = {}
-"""The last state files parsed, by root, with their bytes."""
-
-
-def write_state(storage: Storage, state: PublishState) -> None:
-    with root_step(storage, STATE_FILE, "write it"):
-        storage.write_atomic(STATE_FILE, state.to_json())
 
 
 def validate_sink_id(sink_id: str) -> str:
@@ -395,6 +276,7 @@ def sweep_staged(
 __all__ = [
     "COPY_BELOW_BYTES",
     "DEFAULT_QUERY_RETENTION_MS",
+    "JOURNAL_FILE",
     "STAGE_PREFIX",
     "STATE_FILE",
     "STATE_VERSION",
@@ -403,6 +285,7 @@ __all__ = [
     "QueryRecord",
     "StagedFile",
     "append_staged",
+    "fold_state",
     "group_staged",
     "parse_stage_name",
     "read_staged",
