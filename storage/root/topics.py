@@ -111,14 +111,18 @@ def _delete(root: Root, name: str, if_exists: bool) -> bool:
 
 
 def finish_delete(root: Root, name: str) -> None:
-    """Complete the deletion of ``name`` if one failed midway in this process (its intent file
-    is there): run before ``name`` is created again, so that the new topic takes none of the
-    old partitions' files and the next writer does not delete it."""
+    """Run before ``name`` is created: complete its deletion if one failed midway in this
+    process (its intent file is there), so that the new topic takes none of the old
+    partitions' files and the next writer does not delete it; and drop the groups' offsets
+    left for a topic of that name (on an object store, by a crash between a deletion's commit
+    and their rewrite), so that its consumers do not skip its first records."""
     path = intent_file(name)
     with root_step(root.storage, path, "check whether it exists"):
         pending = root.storage.exists(path)
     if pending:
         _finish(root, name)
+    elif name not in root._meta:
+        _drop_group_offsets(root.storage, name)
 
 
 def pending_deletes(storage: Storage) -> list[str]:

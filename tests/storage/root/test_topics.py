@@ -224,3 +224,20 @@ def test_a_reader_opened_before_the_deletion_is_told_the_topic_was_deleted(backe
     ):
         reader.read_table("a")
     assert rows(reader, "a-1") == [b"kept"]
+
+
+def test_a_topic_created_again_has_no_committed_offsets_of_the_deleted_one(backend: Backend) -> None:
+    """Offsets left for a topic's name after it was deleted (on an object store, a crash between
+    the deletion's commit and the rewrite of the groups' offsets) are dropped when a topic of
+    that name is created: its consumers never skip its first records."""
+    with backend.open() as root:
+        fill(root)
+        root.delete_topic("a")
+        write_consumer_offsets(root.storage, "both", {("a", 0): 2, ("a-1", 0): 1})  # as a crash leaves
+        write_consumer_offsets(root.storage, "only-a", {("a", 1): 1})
+        root.create_topic("a", partitions=2)
+        assert read_consumer_offsets(root.storage) == {"both": {("a-1", 0): 1}}
+        root.create_topic("a", partitions=2, exist_ok=True)
+        write_consumer_offsets(root.storage, "new", {("a", 0): 0})
+        root.create_topic("a", partitions=2, exist_ok=True)  # (an existing topic's offsets are kept)
+        assert read_consumer_offsets(root.storage)["new"] == {("a", 0): 0}
