@@ -24,7 +24,7 @@ On an object store the deletion is one transaction (one manifest commit): reader
 next writer see the topic whole or gone, and no intent file is ever published.  The consumer
 groups' offsets are objects outside the manifest there (each rewritten by one PUT), so they are
 rewritten after the commit: a crash between the two leaves the groups' offsets of the deleted
-topic in place.
+topic in place, until a topic of that name is created (:func:`finish_delete` drops them then).
 """
 
 from __future__ import annotations
