@@ -220,7 +220,7 @@ def open_log(
     if not writer:
         lg.damage = _reader_damage(lg, log_start_offset, high_watermark)
         if lg.damage:
-            _refuse_deleted(storage, topic, directory, lg)
+            _refuse_stale(storage, (topic, partition), directory, lg, high_watermark)
         lg.high_watermark = high_watermark
         return lg, None
     _refuse_damage(storage, directory, config, result, high_watermark)
@@ -229,16 +229,26 @@ def open_log(
     return lg, result.recovery
 
 
-def _refuse_deleted(storage: Storage, topic: str, directory: str, lg: Log) -> None:
-    """A reader whose partition's files are gone because the topic was deleted since it read
-    the topics: an :class:`UnknownTopicError` saying so, not damage to repair."""
-    if storage.isdir(directory) or topic in TopicMetadata.load(storage):
-        return
-    lg.close()
-    raise UnknownTopicError(
-        f"topic {topic!r} was deleted from {storage.describe()} after this reader read its topics "
-        f"({directory} is gone): open the root again"
-    )
+def _refuse_stale(
+    storage: Storage, key: tuple[str, int], directory: str, lg: Log, high_watermark: int | None
+) -> None:
+    """A reader whose partition's files changed under it since it read the root's state (the
+    topic deleted, or deleted and created again): an error saying so, not damage to repair."""
+    topic = key[0]
+    if not storage.isdir(directory) and topic not in TopicMetadata.load(storage):
+        lg.close()
+        raise UnknownTopicError(
+            f"topic {topic!r} was deleted from {storage.describe()} after this reader read its "
+            f"topics ({directory} is gone): open the root again"
+        )
+    now = read_state(storage).high_watermarks.get(key)
+    if now is not None and now != high_watermark and lg.segments[-1].read_next_offset() >= now:
+        lg.close()
+        raise StorageError(
+            f"{directory}: changed since this reader read the root's state (high watermark "
+            f"{high_watermark}, now {now}: the topic was deleted and created again, or the "
+            "partition repaired): open the root again"
+        )
 
 
 def _refuse_start_beyond(directory: str, log_start_offset: int, high_watermark: int | None) -> None:

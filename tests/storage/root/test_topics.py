@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from pylog.storage.errors import UnknownTopicError
+from pylog.storage.errors import StorageError, UnknownTopicError
 from pylog.storage.partition import checkpoint as ckpt
 from pylog.storage.root.consumers import read_consumer_offsets, write_consumer_offsets
 from pylog.storage.root.manager import Root
@@ -241,3 +241,25 @@ def test_a_topic_created_again_has_no_committed_offsets_of_the_deleted_one(backe
         write_consumer_offsets(root.storage, "new", {("a", 0): 0})
         root.create_topic("a", partitions=2, exist_ok=True)  # (an existing topic's offsets are kept)
         assert read_consumer_offsets(root.storage)["new"] == {("a", 0): 0}
+
+
+def test_a_reader_opened_before_a_deletion_and_recreation_is_told_to_open_again(backend: Backend) -> None:
+    """A reader that read the state before the topic was deleted and created again, whose new
+    partitions end below the old high watermarks: told the root changed (open it again), not
+    that the log is damaged."""
+    with backend.open() as root:
+        fill(root)
+    reader = backend.open(read_only=True)
+    with backend.open() as root:
+        root.delete_topic("a")
+        root.create_topic("a", partitions=2)
+        root.append("a", [b"new"], partition=0)
+    if not backend.is_local:  # a reader keeps its state, whose files outlive it a while
+        assert rows(reader, "a") == [b"x", b"y", b"z"]
+        return
+    with pytest.raises(
+        StorageError, match=r"^a-\d: changed since this reader read the root's state .*: open"
+    ):
+        reader.read_table("a")
+    with backend.open(read_only=True) as again:
+        assert rows(again, "a") == [b"new"]
