@@ -167,7 +167,7 @@ def _leave(storage: Storage, directory: str, segments: Sequence[LogSegment], pat
     scanned = scan(names)
     if scanned is None or scanned.has_temp or scanned.orphans:
         return False  # recovery must see these: the next open lists the directory
-    bases = np.array(scanned.bases(), dtype=np.int64)
+    bases = np.array(scanned.bases, dtype=np.int64)
     if not np.array_equal(bases, base_offsets(segments)):
         log.warning("%s: its segment files differ from the log's segments; no segment list", directory)
         return False

@@ -269,8 +269,8 @@ def _listed_bases(storage: Storage, directory: str, config: LogConfig, rec: Reco
         orphans = _orphan_indexes(names, logs)
         bases = sorted([int(b) for b in logs if b.isascii() and b.isdigit()])
     else:
-        orphans = _orphan_indexes(names, set(scanned.logs)) if scanned.orphans else []
-        bases = scanned.bases()
+        bases = scanned.bases
+        orphans = _orphan_indexes(names, {f"{b:020d}" for b in bases}) if scanned.orphans else []
     for n in orphans:
         storage.delete(join(directory, n))
         rec.removed_files.append(n)

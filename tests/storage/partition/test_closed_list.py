@@ -65,7 +65,7 @@ def opened(root: Path, cfg: LogConfig = CFG, *, clean: bool = True) -> tuple[Log
 def listed_bases(root: Path) -> list[int]:
     scanned = scan(sorted(os.listdir(root / DIR)))
     assert scanned is not None
-    return scanned.bases()
+    return scanned.bases
 
 
 def list_file(root: Path) -> Path:
@@ -229,3 +229,39 @@ def test_the_list_encodes_sorted_base_offsets(offsets: list[int], extra: int) ->
         bad = bytearray(data)
         bad[i] ^= 0x10
         assert closed_list.decode(bytes(bad)) is None
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(
+                st.integers(0, 2**63 - 1), st.sampled_from([".log", ".index", ".timeindex", ".txnindex"])
+            ).map(lambda t: f"{t[0]:020d}{t[1]}"),
+            st.sampled_from(
+                [
+                    ".pylog-segments",
+                    "leader-epoch-checkpoint",
+                    "partition.metadata",
+                    "x.log",
+                    "1.index",
+                    "a.log.deleted",
+                ]
+            ),
+            st.text(alphabet="0123456789.abglnoxé\n", max_size=26),
+        ),
+        max_size=40,
+    )
+)
+def test_the_scan_of_a_listing_finds_what_the_names_say(names: list[str]) -> None:
+    names = sorted(set(names))
+    scanned = scan(names)
+    parsed = [(int(n[:20]), n[20:]) for n in names if len(n) > 20 and n[:20].isascii() and n[:20].isdigit()]
+    if scanned is None:  # only for a name it cannot vouch for (the loader then looks at each)
+        assert any(not n.isascii() or "\n" in n or n.endswith((".log", "index")) for n in names)
+        return
+    logs = sorted(b for b, suffix in parsed if suffix == ".log")
+    assert scanned.bases == logs
+    indexed = {b for b, suffix in parsed if suffix in (".index", ".timeindex", ".txnindex")}
+    assert scanned.orphans == {f"{b:020d}" for b in indexed - set(logs)}
+    assert scanned.has_temp == any(n.endswith((".deleted", ".cleaned", ".swap")) for n in names)
