@@ -121,7 +121,7 @@ def finish_delete(root: Root, name: str) -> None:
         pending = root.storage.exists(path)
     if pending:
         _finish(root, name)
-    elif name not in root._meta:
+    elif root.transactional and name not in root._meta:  # (on local disk the intent file covers it)
         _drop_group_offsets(root.storage, name)
 
 

@@ -230,6 +230,8 @@ def test_a_topic_created_again_has_no_committed_offsets_of_the_deleted_one(backe
     """Offsets left for a topic's name after it was deleted (on an object store, a crash between
     the deletion's commit and the rewrite of the groups' offsets) are dropped when a topic of
     that name is created: its consumers never skip its first records."""
+    if backend.is_local:
+        pytest.skip("on local disk the deletion's intent file makes its next writer drop them")
     with backend.open() as root:
         fill(root)
         root.delete_topic("a")
