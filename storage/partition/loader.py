@@ -12,10 +12,9 @@
    indexes: opening a log reads no file of a sealed segment, and makes no segment object but
    the ones it uses (:mod:`segments`; the directory is listed once, or not at all when the
    last writer closed the log cleanly and left the list of its segments, :mod:`closed_list`).
-   A damaged or missing one
-   is then rebuilt from the ``.log``, whose bytes are kept.  (On an object store, whose files
-   change only through commits, missing indexes are rebuilt at the load and the others are
-   checked as they are loaded.)
+   A damaged or missing one is then rebuilt from the ``.log``, whose bytes are kept.  (On an
+   object store, whose files change only through commits, missing indexes are rebuilt at the
+   load and the others are checked as they are loaded.)
 3. After an unclean shutdown every segment from the one holding the recovery point on is
    recovered: CRCs and offsets checked batch by batch, indexes rebuilt, the log truncated at
    the first invalid byte, and every later segment deleted (before the truncation, so that an
