@@ -4,7 +4,7 @@ A partition of 10,000 segments lists some 40,000 names.  Looking at them one by 
 costs more than listing them; :func:`scan` joins them into one byte array once and finds what
 a writer's load needs (the ``.log`` files with final names, the index files without one,
 whether any name is a temporary one: ``.deleted``, ``.cleaned``, ``.swap``) with NumPy and
-regular expressions, whatever the number of names.  A segment file's name is its base offset
+substring searches, whatever the number of names.  A segment file's name is its base offset
 in 20 digits and a suffix; other names are passed over, as the loader passes over them.
 Names it cannot vouch for this way (one that is not ASCII or holds a newline, a segment-like
 name whose 20 characters are not a base offset) make it return None: the caller then looks
@@ -13,13 +13,11 @@ at each name.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
 
 _STEM = 20  # digits of a segment file's base offset
-_TEMP = re.compile(r"\.(?:deleted|cleaned|swap)\n")
 INDEX_SUFFIXES = (".index", ".timeindex", ".txnindex")
 _P10 = 10 ** np.arange(9, -1, -1, dtype=np.int64)
 _HI_MAX, _LO_MAX = divmod(2**63 - 1, 10**10)
@@ -60,7 +58,8 @@ def scan(names: list[str]) -> Scanned | None:
     joined = "\n" + "\n".join(names) + "\n"
     if not joined.isascii():
         return None
-    arr = np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
+    encoded = joined.encode("ascii")
+    arr = np.frombuffer(encoded, dtype=np.uint8)
     newlines = np.flatnonzero(arr == ord("\n"))
     if len(newlines) != len(names) + 1:
         return None  # a name holding a newline
@@ -69,14 +68,17 @@ def scan(names: list[str]) -> Scanned | None:
     logs = _bases(arr, starts, lens, b".log")
     if logs is None:
         return None
-    indexed = []
+    orphans: set[str] = set()
     for suffix in INDEX_SUFFIXES:
-        found = _bases(arr, starts, lens, suffix.encode())
-        if found is None:
+        indexed = _bases(arr, starts, lens, suffix.encode())
+        if indexed is None:
             return None
-        indexed.append(found)
-    orphans = np.setdiff1d(np.concatenate(indexed), logs)
-    return Scanned(logs.tolist(), {f"{b:020d}" for b in orphans.tolist()}, _TEMP.search(joined) is not None)
+        if len(indexed):  # (both ascending: each looked up among the .log files)
+            at = np.minimum(np.searchsorted(logs, indexed), max(0, len(logs) - 1))
+            alone = indexed if not len(logs) else indexed[logs[at] != indexed]
+            orphans.update(f"{b:020d}" for b in alone.tolist())
+    has_temp = any(s in encoded for s in (b".deleted\n", b".cleaned\n", b".swap\n"))
+    return Scanned(logs.tolist(), orphans, has_temp)
 
 
 __all__ = ["INDEX_SUFFIXES", "Scanned", "scan"]
