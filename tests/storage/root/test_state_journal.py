@@ -21,6 +21,13 @@ def build(path: Path, partitions: int) -> None:
         root.append("t", [b"first"], partition=partitions - 1)
 
 
+def crash(root: pylog.Root) -> None:
+    """Stop like a killed writer: the logs closed without a checkpoint, a fold or the
+    clean-shutdown marker (what close does after a failed write)."""
+    root._failed = RuntimeError("killed")
+    root.close()
+
+
 def stat(path: Path) -> tuple[int, int, int]:
     st = os.stat(path)
     return st.st_ino, st.st_mtime_ns, st.st_size
@@ -94,7 +101,7 @@ def test_a_last_line_cut_short_is_not_a_record(tmp_path: Path) -> None:
     root.append("t", [b"b"], partition=0)
     j = tmp_path / state.JOURNAL_FILE
     data = j.read_bytes()
-    root._writer.close()  # type: ignore[union-attr]  # a crash: no close, no fold
+    crash(root)
     j.write_bytes(data[:-5])
     with pylog.open(tmp_path, read_only=True) as reader:
         assert reader.high_watermark("t", 0) == 1  # the second append was not acknowledged
@@ -125,7 +132,7 @@ def test_a_damaged_journal_line_names_the_file(tmp_path: Path) -> None:
     root = pylog.open(tmp_path)
     root.append("t", [b"a"], partition=0)
     root.append("t", [b"b"], partition=1)
-    root._writer.close()  # type: ignore[union-attr]
+    crash(root)
     j = tmp_path / state.JOURNAL_FILE
     j.write_bytes(b"{not json\n" + j.read_bytes())
     with pytest.raises(CorruptMetadataError, match=r"pylog-state\.journal: line 1"):
