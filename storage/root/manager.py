@@ -187,12 +187,11 @@ class Root(Transactions, TableReading, Repairs):
         pub.write_state(self.storage, self._state)
         return old + count
 
-    @mutation
     def delete_topic(self, name: str, *, if_exists: bool = False) -> bool:
         """Delete a topic, its data and the consumer groups' offsets of its partitions (Kafka's
         ``DeleteTopics``): readers see it whole or gone, a crash midway is completed by the next
-        writer (:mod:`~pylog.storage.root.topics`).  An unknown topic raises
-        :class:`UnknownTopicError`, or returns False with ``if_exists``.
+        writer; one transaction on an object store (:mod:`~pylog.storage.root.topics`).  An
+        unknown topic raises :class:`UnknownTopicError`, or returns False with ``if_exists``.
 
         >>> import pylog, tempfile
         >>> root = pylog.open(tempfile.mkdtemp())

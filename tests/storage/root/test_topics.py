@@ -265,3 +265,26 @@ def test_a_reader_opened_before_a_deletion_and_recreation_is_told_to_open_again(
         reader.read_table("a")
     with backend.open(read_only=True) as again:
         assert rows(again, "a") == [b"new"]
+
+
+def test_a_deletion_whose_commit_fails_keeps_the_groups_offsets(backend: Backend) -> None:
+    """On an object store the groups' offsets of a deleted topic are rewritten only after the
+    deletion's commit: a commit that fails leaves the topic and its groups' offsets whole."""
+    if backend.is_local:
+        pytest.skip("local disk has no commit: the deletion's steps are covered by the intent file")
+    with backend.open() as root:
+        fill(root)
+    root = backend.open()
+
+    def fail(name: str) -> None:
+        if name == "before-upload":
+            raise Stop(name)
+
+    root.storage.faults.hook = fail  # type: ignore[attr-defined]
+    with pytest.raises(Stop):
+        root.delete_topic("a")
+    root.storage.faults.hook = None  # type: ignore[attr-defined]
+    root.close()
+    with backend.open(read_only=True) as reader:
+        assert rows(reader, "a") == [b"x", b"y", b"z"]
+        assert read_consumer_offsets(reader.storage) == GROUPS
