@@ -5,16 +5,17 @@ which is replaced atomically, so the topic is gone for readers the moment its en
 disk the deletion runs in steps, each durable before the next (the names in quotes are its
 :class:`~pylog.storage.faults.Faults` steps)::
 
-    1. <root>/pylog-deleting-topic.<topic>   written: the intent       "delete-intent-written"
+    1. <root>/pylog-deleting-topics names the topic: the intent       "delete-intent-written"
     2. pylog-topics.json without the topic   (readers no longer see it) "topic-removed"
     3. the topic's high watermarks, checkpoint entries and the consumer groups' offsets of its
        partitions dropped (Kafka removes a deleted topic's committed offsets) "topic-state-dropped"
     4. each <topic>-<partition>/ directory emptied and removed          "partition-deleted"
-    5. the intent file removed                                          "topic-deleted"
+    5. the topic taken out of the intent file (removed when empty)   "topic-deleted"
 
 Kafka renames the partition directories to ``<topic>-<p>.<uuid>-delete`` and removes them in
 the background; pylog removes them at once (a root has no background threads) and records the
-intent in a file instead, so a crash at any step leaves a root that opens: before step 2 it
+intent in one file instead (one fixed name: a writer's open checks for it without listing the
+root), so a crash at any step leaves a root that opens: before step 2 it
 still has the topic whole, and the next writer (:func:`finish_deletes`, run when a root becomes
 the writer, and so also by ``pylog recover``) completes a deletion whose intent file it finds.
 A directory ``<topic>-<p>`` is only ever removed for a topic named by an intent file, never
@@ -36,7 +37,7 @@ from collections.abc import Callable
 from typing import Protocol, TypeVar
 
 from pylog.storage.backends.base import Storage, join
-from pylog.storage.errors import PylogError
+from pylog.storage.errors import PylogError, StorageError
 from pylog.storage.faults import Faults
 from pylog.storage.partition import checkpoint as ckpt
 from pylog.storage.partition.log import Log
@@ -76,13 +77,38 @@ class Root(Protocol):
     def checkpoint(self) -> None: ...
 
 
-DELETING_PREFIX = "pylog-deleting-topic."
-"""The intent file of a deletion under way: ``pylog-deleting-topic.<topic>`` (a file, which
-Kafka never takes for a partition; a topic name is a valid file name by Kafka's rules)."""
+INTENT_FILE = "pylog-deleting-topics"
+"""The topics whose deletion is under way, as JSON ``{"topics": [...]}`` (a file, which Kafka
+never takes for a partition directory); absent when no deletion is under way."""
 
 
-def intent_file(topic: str) -> str:
-    return f"{DELETING_PREFIX}{topic}"
+def pending_deletes(storage: Storage) -> list[str]:
+    """The topics whose deletion is under way or was interrupted by a crash (the intent file)."""
+    with root_step(storage, INTENT_FILE, "check whether it exists"):
+        if not storage.exists(INTENT_FILE):
+            return []
+    with root_step(storage, INTENT_FILE, "read it"):
+        data = storage.read(INTENT_FILE)
+    try:
+        topics = json.loads(data)["topics"]
+        if not isinstance(topics, list) or not all(isinstance(t, str) for t in topics):
+            raise TypeError("topics is not a list of names")
+    except (ValueError, KeyError, TypeError) as e:
+        raise StorageError(
+            f"{storage.describe()}/{INTENT_FILE}: not a list of topics being deleted ({e}); it is "
+            "written atomically, so it was changed by hand: restore it or remove it"
+        ) from e
+    return sorted(set(topics))
+
+
+def _write_intents(storage: Storage, topics: list[str]) -> None:
+    if topics:
+        with root_step(storage, INTENT_FILE, "write it"):
+            storage.write_atomic(INTENT_FILE, json.dumps({"topics": sorted(topics)}).encode())
+    else:
+        with root_step(storage, INTENT_FILE, "remove it"):
+            if storage.exists(INTENT_FILE):
+                storage.delete(INTENT_FILE)
 
 
 def delete_topic(root: Root, name: str, *, if_exists: bool = False) -> bool:
@@ -102,9 +128,7 @@ def _delete(root: Root, name: str, if_exists: bool) -> bool:
             return False
         root._meta.entry(name)  # raises UnknownTopicError, naming the topic and the root's topics
     storage = root.storage
-    path = intent_file(name)
-    with root_step(storage, path, "write it"):
-        storage.write_atomic(path, json.dumps({"topic": name}).encode())
+    _write_intents(storage, [*pending_deletes(storage), name])
     root.faults.step("delete-intent-written")
     _finish(root, name)
     return True
@@ -116,36 +140,16 @@ def finish_delete(root: Root, name: str) -> None:
     partitions' files and the next writer does not delete it; and drop the groups' offsets
     left for a topic of that name (on an object store, by a crash between a deletion's commit
     and their rewrite), so that its consumers do not skip its first records."""
-    path = intent_file(name)
-    with root_step(root.storage, path, "check whether it exists"):
-        pending = root.storage.exists(path)
-    if pending:
+    if name in pending_deletes(root.storage):
         _finish(root, name)
     elif root.transactional and name not in root._meta:  # (on local disk the intent file covers it)
         _drop_group_offsets(root.storage, name)
 
 
-def pending_deletes(storage: Storage) -> list[str]:
-    """The topics whose deletion a crash interrupted (their intent files)."""
-    with root_step(storage, "", "list the files of"):
-        names = storage.listdir("")
-    return sorted(
-        n[len(DELETING_PREFIX) :] for n in names if n.startswith(DELETING_PREFIX) and not n.endswith(".tmp")
-    )
-
-
 def finish_deletes(root: Root) -> list[str]:
-    """Complete the deletions a crash interrupted (run by a root that just became the writer),
-    and remove an intent file a crash left half written (``.tmp``: its deletion never began).
-    Returns the topics deleted."""
-    storage = root.storage
-    with root_step(storage, "", "list the files of"):
-        names = [n for n in storage.listdir("") if n.startswith(DELETING_PREFIX)]
-    for name in names:
-        if name.endswith(".tmp"):
-            with root_step(storage, name, "remove it"):
-                storage.delete(name)
-    pending = sorted(n[len(DELETING_PREFIX) :] for n in names if not n.endswith(".tmp"))
+    """Complete the deletions a crash interrupted (run by a root that just became the writer:
+    one check for the intent file, no listing of the root).  Returns the topics deleted."""
+    pending = pending_deletes(root.storage)
     for topic in pending:
         _finish(root, topic)
     return pending
@@ -170,11 +174,9 @@ def _finish(root: Root, name: str) -> None:
         with root_step(storage, directory, "remove it"):
             _remove_tree(storage, directory)
         root.faults.step("partition-deleted")
-    path = intent_file(name)
-    with root_step(storage, path, "remove it"):
+    with root_step(storage, "", "sync"):
         storage.fsync_dir("")
-        if storage.exists(path):
-            storage.delete(path)
+    _write_intents(storage, [t for t in pending_deletes(storage) if t != name])
     root.faults.step("topic-deleted")
 
 

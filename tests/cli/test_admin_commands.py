@@ -140,7 +140,7 @@ def test_recover_completes_a_deletion_a_crash_interrupted(
     root._writer.close()  # the process is gone, and its lock with it
     assert sorted(n for n in os.listdir(backend.url) if n.startswith(("events-", "pylog-deleting"))) == [
         "events-1",
-        "pylog-deleting-topic.events",
+        "pylog-deleting-topics",
     ]
     assert run_json(capsys, backend, "list-topics")["topics"] == [
         {"topic": "other", "partitions": 1, "config": {}}

@@ -4,15 +4,17 @@ step leaves a root whose next writer has it whole or finishes the deletion."""
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
 
+from pylog.storage.backends.local import LocalStorage
 from pylog.storage.errors import StorageError, UnknownTopicError
 from pylog.storage.partition import checkpoint as ckpt
 from pylog.storage.root.consumers import read_consumer_offsets, write_consumer_offsets
 from pylog.storage.root.manager import Root
-from pylog.storage.root.topics import DELETING_PREFIX, pending_deletes
+from pylog.storage.root.topics import INTENT_FILE, pending_deletes
 from tests.conftest import Backend
 from tests.reliability.memfs import Crash, MemStorage
 
@@ -168,7 +170,7 @@ def test_a_crash_after_any_write_leaves_a_root_with_the_topic_whole_or_deleted()
             root = open_writer(after)
             if "a" in root.topics():  # the intent was not written yet: the topic is untouched
                 assert whole and rows(root, "a") == [b"x", b"y", b"z"], (k, how)
-                assert not any(n.startswith(DELETING_PREFIX) for n in after.listdir(""))
+                assert not after.exists(INTENT_FILE)
                 assert read_consumer_offsets(after) == GROUPS
                 outcomes.add("whole")
             else:
@@ -288,3 +290,43 @@ def test_a_deletion_whose_commit_fails_keeps_the_groups_offsets(backend: Backend
     with backend.open(read_only=True) as reader:
         assert rows(reader, "a") == [b"x", b"y", b"z"]
         assert read_consumer_offsets(reader.storage) == GROUPS
+
+
+def test_two_interrupted_deletions_are_both_finished_by_the_next_writer(tmp_path: object) -> None:
+    """One intent file names every deletion under way; a writer's open checks it (no listing)
+    and finishes each."""
+
+    class Stop(Exception):
+        pass
+
+    def stop(step: str) -> None:
+        if step == "topic-removed":
+            raise Stop(step)
+
+    path = str(tmp_path)
+    root = Root(LocalStorage(path))
+    root.create_topic("a", partitions=2)
+    root.create_topic("b")
+    root.create_topic("c")
+    root.append("c", [b"kept"])
+    root.faults.hook = stop
+    for topic in ("a", "b"):
+        with pytest.raises(Stop):
+            root.delete_topic(topic)
+    assert pending_deletes(root.storage) == ["a", "b"]
+    assert root._writer is not None
+    root._writer.close()  # the process is gone, and its lock with it
+    with Root(LocalStorage(path)) as again:
+        again.append("c", [b"more"])
+        assert again.topics() == ["c"] and pending_deletes(again.storage) == []
+        assert not [n for n in os.listdir(path) if n.startswith(("a-", "b-"))]
+
+
+def test_an_intent_file_changed_by_hand_is_named(tmp_path: object) -> None:
+    path = str(tmp_path)
+    with Root(LocalStorage(path)) as root:
+        root.create_topic("a")
+    with open(os.path.join(path, INTENT_FILE), "w") as f:
+        f.write("not json")
+    with pytest.raises(StorageError, match=INTENT_FILE + ": not a list of topics being deleted"):
+        Root(LocalStorage(path)).append("a", [b"x"])
