@@ -27,9 +27,8 @@ restarted from its checkpoint (given by the ``checkpointLocation`` option or by
 ``spark.sql.streaming.checkpointLocation``) is the same query, and its replayed batches are
 skipped; a deleted or new checkpoint is a new query, and all its batches are written.  The
 record of a query that has not committed for ``queryRetentionMs`` (default 7 days) is dropped.
-A query that last ran on a pylog keyed by its checkpoint location (state file version 1) is
-recognized by that key on its first commit.  A batch write (``df.write``) is its own writer:
-it is never taken for a replay and leaves no record.
+A batch write (``df.write``) is its own writer: it is never taken for a replay and leaves no
+record.
 
 Options: ``path`` (required), ``topic``, ``partitions`` (create missing topics with this many
 partitions), any Kafka topic config by its name (``cleanup.policy``, ``segment.bytes``, ...: used

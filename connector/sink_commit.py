@@ -79,7 +79,6 @@ def publish(
         )
     writer_id = next(iter(queries)) if queries else opts.sink_id
     exactly_once = streaming
-    legacy = opts.sink_id if queries else None
     now = int(time.time() * 1000) if now is None else now
     # an overwrite decides what to hide from the partitions it sees: from the newest state
     with open_sink_root(opts, read_only=False, trust_known=not overwrite) as root:
@@ -89,14 +88,13 @@ def publish(
 
         def commit() -> None:
             # a replayed batch publishes nothing, so it must not truncate either
-            if overwrite and (not exactly_once or batch_id > root.last_committed_batch(writer_id, legacy)):
+            if overwrite and (not exactly_once or batch_id > root.last_committed_batch(writer_id)):
                 _truncate_topics(root, {f.topic for f in staged} | ({opts.topic} if opts.topic else set()))
             root.publish(
                 writer_id,
                 batch_id,
                 staged,
                 exactly_once=exactly_once,
-                legacy_sink=legacy,
                 now=now,
                 retention_ms=opts.query_retention_ms,
             )

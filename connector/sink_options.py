@@ -56,7 +56,7 @@ class SinkOptions:
     maintenance: bool
     maintenance_budget_ms: int
     storage_options: dict[str, Any] = field(default_factory=dict, repr=False)  # may hold credentials
-    sink_id: str = ""  # a batch write's own id; a streaming query's pre-query-id (version 1) key
+    sink_id: str = ""  # a batch write's own id; a streaming write's when its tasks send no query id
     query_retention_ms: int = pub.DEFAULT_QUERY_RETENTION_MS
     direct_writes: bool = True  # staged segments written around the page cache (local disk)
 

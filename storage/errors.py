@@ -135,8 +135,8 @@ class CorruptMetadataError(PylogError):
 
 
 class UnsupportedFormatError(CorruptMetadataError):
-    """Metadata written by a newer pylog (a format version this one does not know): upgrade
-    pylog to read it; nothing is changed."""
+    """Metadata of a format version this pylog does not read (written by a newer pylog: upgrade
+    pylog to read it); nothing is changed."""
 
 
 class CommitConflictError(PylogError):

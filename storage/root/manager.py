@@ -416,10 +416,10 @@ class Root(Transactions, TableReading, Repairs):
 
     # ------------------------------------------------------------------ exactly-once publish
 
-    def last_committed_batch(self, sink_id: str, legacy_sink: str | None = None) -> int:
-        """The last batch id the query (or sink) ``sink_id`` published (-1 if none); see
-        ``PublishState.last_batch`` for ``legacy_sink``."""
-        return pub.read_state(self.storage).last_batch(pub.validate_sink_id(sink_id), legacy_sink)
+    def last_committed_batch(self, sink_id: str) -> int:
+        """The last batch id the writer ``sink_id`` (a streaming query id) published (-1 if
+        none)."""
+        return pub.read_state(self.storage).last_batch(pub.validate_sink_id(sink_id))
 
     @mutation
     def publish(
@@ -429,7 +429,6 @@ class Root(Transactions, TableReading, Repairs):
         staged: list[pub.StagedFile],
         *,
         exactly_once: bool = True,
-        legacy_sink: str | None = None,
         now: int | None = None,
         retention_ms: int = pub.DEFAULT_QUERY_RETENTION_MS,
         copy_below: int = pub.COPY_BELOW_BYTES,
@@ -449,13 +448,13 @@ class Root(Transactions, TableReading, Repairs):
         self._ensure_writer()
         self._state = pub.read_state(self.storage)
         topics = sorted({f.topic for f in staged})
-        if exactly_once and batch_id <= self._state.last_batch(sink_id, legacy_sink):
+        if exactly_once and batch_id <= self._state.last_batch(sink_id):
             self._remove_staged(staged, sink_id, batch_id, topics)
             return None
         now = int(time.time() * 1000) if now is None else now
         record = None
         if exactly_once:
-            record = pub.BatchCommit(sink_id, batch_id, now, retention_ms, legacy_sink)
+            record = pub.BatchCommit(sink_id, batch_id, now, retention_ms)
         out: dict[tuple[str, int], AppendInfo] = {}
         groups = pub.group_staged(staged)
         self._ensure_high_watermarks(list(groups))

@@ -87,19 +87,18 @@ def _both_changed(base: Mapping[K, V], ours: Mapping[K, V], theirs: Mapping[K, V
 def merge_state(
     base: bytes | None, ours: bytes | None, theirs: bytes | None, touched: set[str]
 ) -> bytes | None:
-    """``pylog-state.json``: high watermarks, query records and format 1 sink records."""
+    """``pylog-state.json``: high watermarks and query records."""
     b, o, t = _state(base), _state(ours), _state(theirs)
     hw = merge3(b.high_watermarks, o.high_watermarks, t.high_watermarks)
-    # both sides published for one query (or sink): never merged, even into the same record, so
+    # both sides published for one query: never merged, even into the same record, so
     # that whether a batch is already committed is decided on the newest state (the operation
     # runs again there); a writer may commit from a state it knows without asking the store
-    sinks = None if _both_changed(b.sinks, o.sinks, t.sinks) else merge3(b.sinks, o.sinks, t.sinks)
     queries = (
         None if _both_changed(b.queries, o.queries, t.queries) else merge3(b.queries, o.queries, t.queries)
     )
-    if hw is None or sinks is None or queries is None:
+    if hw is None or queries is None:
         return None
-    return PublishState(hw, sinks, queries).to_json()
+    return PublishState(hw, queries).to_json()
 
 
 def _topics(data: bytes | None) -> dict[str, Any]:

@@ -4,27 +4,24 @@
                                "high_watermarks": {"<topic>": {"<partition>": <offset>}},
                                "queries": {"<query id>": {"batch": <last committed batch id>,
                                                           "seen": <ms of its last commit>}},
-                               "sinks": {"<sink id>": <last committed batch id>},
                                "journal": "<id of the journal records that extend it>"}
     <root>/pylog-state.journal  one JSON line per change since: {"id": "<journal id>",
                                "seq": 1, 2, ..., "hw": [["<topic>", <partition>, <offset>]...],
-                               "del": [["<topic>", <partition>]...], "queries": {...}, "sinks": {...}}
+                               "del": [["<topic>", <partition>]...], "queries": {...}}
 
 ``queries`` holds one record per streaming query (Spark's query id, kept in the query's
 checkpoint): the exactly-once key.  A record not refreshed by a commit for the retention time
 (``DEFAULT_QUERY_RETENTION_MS``, the sink option ``queryRetentionMs``) is dropped by the next
-commit, as Delta Lake expires its ``txn`` entries.  ``sinks`` are records of version 1 files,
-keyed by a hash of the checkpoint location: kept as read, consulted once by the first commit of
-a query that names that sink (``legacy_sink``), and then replaced by the query's record.  A
-version 1 file is read as version 2 with its ``sinks`` and no ``queries``, and written back as
-version 2.
+commit, as Delta Lake expires its ``txn`` entries.  A state file of another version than 2 is
+refused (:class:`~pylog.storage.errors.UnsupportedFormatError`); a ``"sinks"`` key, if
+present, is ignored.
 
 On local disk a change is one line appended to the journal and fsynced (:func:`write_state`):
 its cost does not depend on how many partitions the root has.  A record holds the high
-watermarks it moved (``hw``) or removed (``del``) and, when they changed, all query and sink
-records.  The journal is folded into the state file (a new journal id, then the journal
-emptied) once it is a quarter of the state file's size, and at every checkpoint of the writer,
-so a root closed cleanly has no journal records.  Records of another id than the state file's
+watermarks it moved (``hw``) or removed (``del``) and, when they changed, all query records.
+The journal is folded into the state file (a new journal id, then the journal emptied) once it
+is a quarter of the state file's size, and at every checkpoint of the writer, so a root closed
+cleanly has no journal records.  Records of another id than the state file's
 (left by a crash during a fold) and a last line cut short (a crash while appending) are not
 part of the state.  On object stores the state file alone is written: the commit of the
 transaction publishes it.
@@ -41,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pylog.storage.backends.base import Storage
-from pylog.storage.errors import CorruptMetadataError
+from pylog.storage.errors import CorruptMetadataError, UnsupportedFormatError
 from pylog.storage.root.metadata import root_step
 
 STATE_FILE = "pylog-state.json"
@@ -64,14 +61,12 @@ class QueryRecord:
 class BatchCommit:
     """What a publish records with its high watermarks: ``batch`` of the writer ``query``
     (Spark's streaming query id), at ``now`` ms; records of other queries older than
-    ``retention_ms`` are dropped; ``legacy_sink`` names a version 1 sink record that this
-    commit replaces."""
+    ``retention_ms`` are dropped."""
 
     query: str
     batch: int
     now: int
     retention_ms: int = DEFAULT_QUERY_RETENTION_MS
-    legacy_sink: str | None = None
 
 
 class _Tracked(dict[tuple[str, int], int]):
@@ -133,8 +128,7 @@ class _Journal:
     end: int  # bytes of the journal up to that record
     exists: bool  # whether the journal file existed then
     snapshot_size: int  # bytes of the snapshot it belongs to
-    queries: dict[str, QueryRecord]  # the query and sink records as of ``seq``
-    sinks: dict[str, int]
+    queries: dict[str, QueryRecord]  # the query records as of ``seq``
 
 
 @dataclass
@@ -142,7 +136,6 @@ class PublishState:
     """High watermarks per (topic, partition) and the last committed batch per query."""
 
     high_watermarks: dict[tuple[str, int], int] = field(default_factory=dict)
-    sinks: dict[str, int] = field(default_factory=dict)  # version 1 records, by sink id
     queries: dict[str, QueryRecord] = field(default_factory=dict)
     _journal: _Journal | None = field(default=None, repr=False, compare=False)
 
@@ -150,29 +143,20 @@ class PublishState:
         if type(self.high_watermarks) is not _Tracked:
             self.high_watermarks = _Tracked(self.high_watermarks)
 
-    def last_batch(self, query: str, legacy_sink: str | None = None) -> int:
-        """The last batch ``query`` published (-1 if none).  A query without a record of its
-        own is answered from the version 1 record of ``legacy_sink`` (a query that ran on an
-        older pylog, keyed by its checkpoint), until its first commit replaces it."""
+    def last_batch(self, query: str) -> int:
+        """The last batch ``query`` published (-1 if none)."""
         rec = self.queries.get(query)
-        if rec is not None:
-            return rec.batch
-        if query in self.sinks:  # direct callers that keyed their publishes by sink id
-            return self.sinks[query]
-        return self.sinks.get(legacy_sink, -1) if legacy_sink else -1
+        return -1 if rec is None else rec.batch
 
     def record(self, commit: BatchCommit) -> None:
         """Record a published batch and expire queries not seen for ``retention_ms``."""
-        self.sinks.pop(commit.query, None)
-        if commit.legacy_sink:
-            self.sinks.pop(commit.legacy_sink, None)
         self.queries[commit.query] = QueryRecord(commit.batch, commit.now)
         horizon = commit.now - commit.retention_ms
         for q in [q for q, r in self.queries.items() if r.seen < horizon and q != commit.query]:
             del self.queries[q]
 
     def copy(self) -> PublishState:
-        return PublishState(dict(self.high_watermarks), dict(self.sinks), dict(self.queries))
+        return PublishState(dict(self.high_watermarks), dict(self.queries))
 
     def to_json(self, journal: str | None = None) -> bytes:
         """The state file's bytes; ``journal``: the id of the journal records that extend it."""
@@ -187,7 +171,6 @@ class PublishState:
             "version": STATE_VERSION,
             "high_watermarks": hw,
             "queries": _queries_json(self.queries),
-            "sinks": dict(sorted(self.sinks.items())),
         }
         if journal is not None:
             doc["journal"] = journal
@@ -214,8 +197,18 @@ def _parse_snapshot(data: bytes, path: str) -> tuple[PublishState, str | None]:
     try:
         doc = json.loads(data)
         version = doc.get("version")
-        if version not in (1, STATE_VERSION):
-            raise ValueError(f"unsupported version {version!r} (expected 1 or {STATE_VERSION})")
+        if type(version) is not int:
+            raise ValueError(f"version {version!r} is not an integer")
+        if version != STATE_VERSION:
+            why = (
+                "upgrade pylog to open this root"
+                if version > STATE_VERSION
+                else "an unreleased development format"
+            )
+            raise UnsupportedFormatError(
+                f"{path}: state file version {version} is not supported (this pylog reads version "
+                f"{STATE_VERSION} only: {why}); nothing is changed"
+            )
         hw: dict[tuple[str, int], int] = {}
         for topic, parts in doc["high_watermarks"].items():  # whole-topic passes, no step per entry
             offsets = list(parts.values())
@@ -223,14 +216,13 @@ def _parse_snapshot(data: bytes, path: str) -> tuple[PublishState, str | None]:
                 raise ValueError(f"high watermarks of topic {topic!r} must be integers")
             keys = zip(itertools.repeat(str(topic), len(offsets)), map(int, parts), strict=True)
             hw.update(zip(keys, offsets, strict=True))
-        sinks = {str(k): int(v) for k, v in doc["sinks"].items()}
-        queries = _queries(doc["queries"]) if version == STATE_VERSION else {}
+        queries = _queries(doc["queries"])
         journal = doc.get("journal")
         if journal is not None and not isinstance(journal, str):
             raise ValueError(f"journal id {journal!r} is not a string")
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise CorruptMetadataError(f"{path}: not a valid pylog state file: {e}") from e
-    return PublishState(hw, sinks, queries), journal
+    return PublishState(hw, queries), journal
 
 
 JOURNAL_FILE = "pylog-state.journal"
@@ -260,9 +252,7 @@ def read_state(storage: Storage) -> PublishState:
         _remember(key, hit)
     state, jid = hit[1].copy(), hit[2]
     if jid is not None:
-        state._journal = _Journal(
-            jid, 0, 0, journal is not None, len(data), dict(state.queries), dict(state.sinks)
-        )
+        state._journal = _Journal(jid, 0, 0, journal is not None, len(data), dict(state.queries))
         if journal:
             _replay(state, state._journal, journal, f"{key}/{JOURNAL_FILE}")
     hw = state.high_watermarks
@@ -309,13 +299,11 @@ def _replay(state: PublishState, j: _Journal, data: bytes, path: str) -> None:
                 hw.pop((str(topic), int(p)), None)
             if "queries" in rec:
                 state.queries = _queries(rec["queries"])
-            if "sinks" in rec:
-                state.sinks = {str(k): int(v) for k, v in rec["sinks"].items()}
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise CorruptMetadataError(f"{path}: line {number} is not a valid journal record: {e}") from e
         j.seq += 1
         j.end += len(line) + 1
-    j.queries, j.sinks = dict(state.queries), dict(state.sinks)
+    j.queries = dict(state.queries)
     if torn:
         state._journal = None
 
@@ -383,8 +371,6 @@ def _append(storage: Storage, state: PublishState) -> bool:
         rec["del"] = gone
     if state.queries != j.queries:
         rec["queries"] = _queries_json(state.queries)
-    if state.sinks != j.sinks:
-        rec["sinks"] = dict(sorted(state.sinks.items()))
     line = json.dumps(rec, separators=(",", ":")).encode() + b"\n"
     f = storage.open_append(JOURNAL_FILE)
     try:
@@ -397,7 +383,7 @@ def _append(storage: Storage, state: PublishState) -> bool:
     j.seq += 1
     j.end += len(line)
     j.exists = True
-    j.queries, j.sinks = dict(state.queries), dict(state.sinks)
+    j.queries = dict(state.queries)
     changed.clear()
     return True
 
@@ -418,7 +404,7 @@ def _write_snapshot(storage: Storage, state: PublishState) -> None:
         if present and storage.size(JOURNAL_FILE):
             storage.truncate(JOURNAL_FILE, 0)
         assert jid is not None
-        state._journal = _Journal(jid, 0, 0, present, len(data), dict(state.queries), dict(state.sinks))
+        state._journal = _Journal(jid, 0, 0, present, len(data), dict(state.queries))
     if not isinstance(state.high_watermarks, _Tracked):
         state.high_watermarks = _Tracked(state.high_watermarks)
     state.high_watermarks.changed = set()

@@ -96,7 +96,7 @@ def read_root(storage: Storage) -> RootFiles:
     """Read the root in ``storage`` as a reader does (no lock, nothing written), in order: the
     log start offsets (``log-start-offset-checkpoint``: readers honour them too, as retention
     checkpoints a new start before it renames segments), the topics (``pylog-topics.json``)
-    and the high watermarks and sinks' batches (``pylog-state.json``)."""
+    and the high watermarks and queries' batches (``pylog-state.json``)."""
     start_offsets = read_start_offsets(storage)
     meta = TopicMetadata.load(storage)
     state = read_state(storage)
@@ -125,7 +125,7 @@ class WriterStart:
     recovery_points: Offsets
     start_offsets: Offsets
     state: PublishState
-    """The high watermarks and sinks' batches as the writer found them."""
+    """The high watermarks and queries' batches as the writer found them."""
 
 
 def become_writer(storage: Storage, lock_timeout: float) -> WriterStart:

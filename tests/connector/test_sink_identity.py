@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from pylog.connector.sink_options import parse_sink_options
 from pylog.storage.root import publish as pub
 from tests.conftest import Backend
 from tests.connector.test_sink_spark import values_in, write_memory_stream
@@ -92,40 +91,6 @@ def test_checkpoint_from_the_session_conf_dedupes_a_replay(
         spark.conf.unset("spark.sql.streaming.checkpointLocation")
     vals = values_in(backend)
     assert len(vals) == len(set(vals)) == 80
-
-
-def test_upgraded_root_keeps_a_running_query_exactly_once(
-    spark: Any, backend: Backend, tmp_path: Path
-) -> None:
-    """A query that ran on the version keyed by its checkpoint location (state file version 1
-    with a sink record) restarts on this version: the replay of its last batch is skipped, and
-    the sink record becomes a query record."""
-    ck = tmp_path / "ck"
-    write_memory_stream(spark, backend, ck, [(f"k{i}", f"a{i}") for i in range(40)], partitions="2")
-    write_memory_stream(spark, backend, ck, [(f"k{i}", f"b{i}") for i in range(20)])
-    legacy = parse_sink_options({"path": backend.url, "checkpointLocation": str(ck)}, streaming=True).sink_id
-    with backend.open() as r:
-        state = pub.read_state(r.storage)
-        hw: dict[str, dict[str, int]] = {}
-        for (topic, p), o in state.high_watermarks.items():
-            hw.setdefault(topic, {})[str(p)] = o
-        v1 = json.dumps({"version": 1, "high_watermarks": hw, "sinks": {legacy: 1}}).encode()
-        r.transaction(lambda: r.storage.write_atomic(pub.STATE_FILE, v1))
-    with backend.open(read_only=True) as r:
-        old = pub.read_state(r.storage)
-        assert old.queries == {} and old.sinks == {legacy: 1}
-    _drop_last_commit(ck)
-    write_memory_stream(spark, backend, ck, [])  # replays batch 1: skipped
-    vals = values_in(backend)
-    assert len(vals) == len(set(vals)) == 60
-    write_memory_stream(spark, backend, ck, [(f"k{i}", f"c{i}") for i in range(10)])  # batch 2: written
-    vals = values_in(backend)
-    assert len(vals) == len(set(vals)) == 70
-    with backend.open(read_only=True) as r:
-        raw = json.loads(r.storage.read(pub.STATE_FILE))
-    assert raw["version"] == pub.STATE_VERSION
-    assert raw["sinks"] == {}  # migrated
-    assert list(raw["queries"]) == [_query_id(ck)] and raw["queries"][_query_id(ck)]["batch"] >= 2
 
 
 def test_null_keys_of_a_one_task_micro_batch_spread_over_partitions(
@@ -219,4 +184,4 @@ def test_batch_writes_are_never_skipped_and_leave_no_record(spark: Any, backend:
     assert sorted(values_in(backend)) == [b"a", b"a", b"a", b"b", b"b", b"b"]
     with backend.open(read_only=True) as r:
         state = pub.read_state(r.storage)
-    assert state.queries == {} and state.sinks == {}
+    assert state.queries == {}

@@ -119,7 +119,7 @@ def seeds(target: str) -> list[bytes]:
     if target == "checkpoint":
         return [checkpoint.format_offsets({("t", 0): 5, ("topic.a", 12): 2**40}), b"0\n0\n", b""]
     if target == "state":
-        s = pub.PublishState({("t", 0): 5, ("u", 3): 9}, {"q1": 4})
+        s = pub.PublishState({("t", 0): 5, ("u", 3): 9}, {"q1": pub.QueryRecord(4, 1_700_000_000_000)})
         return [s.to_json(), b'{"version": 1, "high_watermarks": {}, "sinks": {}}']
     if target == "offsets":
         return [json.dumps({"t": {"0": 5, "1": -2}, "u": {"3": "timestamp:1700000000000"}}).encode(), b"{}"]

@@ -17,6 +17,7 @@ import pytest
 
 import pylog
 from pylog.storage.codec import records
+from pylog.storage.errors import UnsupportedFormatError
 from pylog.storage.root import publish as pub
 from pylog.storage.root.manager import Root, partition_dir
 from tests.conftest import Backend
@@ -214,30 +215,37 @@ def test_queries_not_seen_for_the_retention_time_are_expired(root: Root, backend
     assert sorted(values_of(backend)) == [b"a", b"b", b"c"]
 
 
-def test_version_1_state_file_is_read_and_upgraded(tmp_path: Path) -> None:
+def test_state_file_of_another_version_is_refused(tmp_path: Path) -> None:
     root = pylog.open(tmp_path)
     root.create_topic("t", partitions=1)
     root.publish("q1", 0, [stage(root, "t", 0, "q1", 0, 0, [b"a"])])
     root.close()
-    v1 = {"version": 1, "high_watermarks": {"t": {"0": 1}}, "sinks": {"ck-sink": 4, "other": 2}}
-    (tmp_path / pub.STATE_FILE).write_text(json.dumps(v1))
+    state = tmp_path / pub.STATE_FILE
+    for version in (1, 3):
+        doc = json.dumps({"version": version, "high_watermarks": {"t": {"0": 1}}, "sinks": {"q1": 4}})
+        state.write_text(doc)
+        for read_only in (False, True):
+            with pytest.raises(
+                UnsupportedFormatError, match=rf"pylog-state\.json: state file version {version} "
+            ):
+                pylog.open(tmp_path, read_only=read_only).close()
+        assert state.read_text() == doc  # nothing is changed
+
+
+def test_state_file_with_an_empty_sinks_key_is_read(tmp_path: Path) -> None:
     root = pylog.open(tmp_path)
-    # a query first seen is answered from the version 1 record of its sink (checkpoint) id
-    assert root.last_committed_batch("query-1", legacy_sink="ck-sink") == 4
-    assert (
-        root.publish("query-1", 4, [stage(root, "t", 0, "query-1", 4, 0, [b"x"])], legacy_sink="ck-sink")
-        is None
-    )
-    out = root.publish(
-        "query-1", 5, [stage(root, "t", 0, "query-1", 5, 0, [b"b"])], legacy_sink="ck-sink", now=7
-    )
-    assert out is not None
+    root.create_topic("t", partitions=1)
+    root.publish("q1", 0, [stage(root, "t", 0, "q1", 0, 0, [b"a"])], now=5)
     root.close()
-    doc = json.loads((tmp_path / pub.STATE_FILE).read_text())
-    assert doc["version"] == pub.STATE_VERSION
-    assert doc["queries"] == {"query-1": {"batch": 5, "seen": 7}}
-    assert doc["sinks"] == {"other": 2}  # replaced by the query's record; others stay as read
-    assert values_of(tmp_path) == [b"a", b"b"]
+    state = tmp_path / pub.STATE_FILE
+    doc = json.loads(state.read_text())
+    assert "sinks" not in doc
+    state.write_text(json.dumps({**doc, "sinks": {}}))
+    root = pylog.open(tmp_path)
+    assert root.last_committed_batch("q1") == 0
+    assert root.publish("q1", 0, [stage(root, "t", 0, "q1", 0, 1, [b"x"])]) is None  # a replay
+    root.close()
+    assert values_of(tmp_path) == [b"a"]
 
 
 def test_unrecorded_publish_of_a_batch_write(root: Root, backend: Backend) -> None:

@@ -44,15 +44,15 @@ def test_offsets_and_state_merge_per_partition_and_query() -> None:
     assert merged is not None and parse_offsets(merged) == {("x", 0): 9, ("y", 0): 8, ("y", 1): 1}
     assert merge_offsets(base, ours, format_offsets({("x", 0): 6, ("y", 0): 7}), {"x-0"}) is None
 
-    b = PublishState({("x", 0): 5}, {}, {})
-    o = PublishState({("x", 0): 9}, {}, {"q1": QueryRecord(3, 100)})
-    t = PublishState({("x", 0): 5, ("y", 0): 2}, {}, {"q2": QueryRecord(7, 100)})
+    b = PublishState({("x", 0): 5}, {})
+    o = PublishState({("x", 0): 9}, {"q1": QueryRecord(3, 100)})
+    t = PublishState({("x", 0): 5, ("y", 0): 2}, {"q2": QueryRecord(7, 100)})
     got = merge_state(b.to_json(), o.to_json(), t.to_json(), {"x-0"})
     assert got is not None
     s = PublishState.from_json(got, "state")
     assert s.high_watermarks == {("x", 0): 9, ("y", 0): 2}
     assert s.queries == {"q1": QueryRecord(3, 100), "q2": QueryRecord(7, 100)}
-    same_query = PublishState({("x", 0): 5, ("y", 0): 2}, {}, {"q1": QueryRecord(4, 100)})
+    same_query = PublishState({("x", 0): 5, ("y", 0): 2}, {"q1": QueryRecord(4, 100)})
     assert merge_state(b.to_json(), o.to_json(), same_query.to_json(), {"x-0"}) is None  # a replay race
 
 
