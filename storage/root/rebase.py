@@ -11,7 +11,7 @@ and an entry both changed differently is a real conflict (the operation then run
 file                                      entries
 ========================================  ===================================================
 ``pylog-state.json``                      high watermark per (topic, partition); last batch
-                                          per streaming query; format 1 sink records
+                                          per streaming query
 ``recovery-point-offset-checkpoint``,     offset per (topic, partition)
 ``log-start-offset-checkpoint``,
 ``cleaner-offset-checkpoint``
