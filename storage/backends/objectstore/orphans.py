@@ -44,6 +44,7 @@ nothing else: :func:`check_empty_prefix` refuses a root's first commit anywhere 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -76,12 +77,32 @@ def orphan_grace_s(store: ObjectClient) -> float:
     return max(store.file_delete_delay_ms / 1000.0, ORPHAN_GRACE_S)
 
 
+_MARKS: dict[str, bytes | None] = {}
+"""Per URL, the sweep mark as this process last read it (after a commit's create)."""
+_MARKS_LOCK = threading.Lock()
+
+
 def sweep_mark(store: ObjectClient) -> bytes | None:
-    """The current sweep mark (None before the first sweep): one GET."""
+    """The current sweep mark (None before the first sweep): one GET.  Remembered for
+    :func:`mark_before_uploads`."""
     try:
-        return store.get(SWEEP_MARK)
+        mark = store.get(SWEEP_MARK)
     except FileNotFoundError:
-        return None
+        mark = None
+    with _MARKS_LOCK:
+        _MARKS[store.url] = mark
+    return mark
+
+
+def mark_before_uploads(store: ObjectClient) -> bytes | None:
+    """A reading of the sweep mark taken before the uploads that follow: the one this process
+    last read for this root (no request), else one GET.  Any earlier reading will do: every
+    sweep writes a fresh token, so a sweep that began since that reading has changed the mark;
+    an old reading only makes a writer upload again when it did not need to."""
+    with _MARKS_LOCK:
+        if store.url in _MARKS:
+            return _MARKS[store.url]
+    return sweep_mark(store)
 
 
 def sweep_orphans(

@@ -222,7 +222,9 @@ class ObjectStorage(Storage):
         token = uuid.uuid4().hex
         files, uploads = self._tree.changes(self.snapshot, token)
         # a sweep that began before this reading of its mark never deletes what is uploaded next
-        mark = self._sweep_mark if self._sweep_mark is not _UNREAD else orphans.sweep_mark(self.store)
+        mark = (
+            self._sweep_mark if self._sweep_mark is not _UNREAD else orphans.mark_before_uploads(self.store)
+        )
         self.faults.step("before-upload")
         uploaded_at = time.monotonic()
         self.store.put_many(uploads)

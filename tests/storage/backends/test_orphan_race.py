@@ -120,3 +120,35 @@ def test_a_commit_costs_one_get_more_and_uploads_again_only_after_a_sweep(s3_bac
         assert values(reader) == [v * 5000 for v in (b"a", b"b", b"c", b"d")]
     writer.close()
     sweeper.close()
+
+
+def test_a_root_opened_anew_for_each_commit_reads_the_mark_once_per_commit(s3_backend: Backend) -> None:
+    """A Spark sink opens a root per micro-batch: its commit reads the sweep mark once (after the
+    create), the reading before the uploads coming from the process's last one; a sweep run in
+    between still makes the next commit upload again."""
+    with s3_backend.open() as first:
+        first.create_topic("t")
+        first.append("t", [b"a" * 5000])
+
+    def commit(value: bytes) -> dict[str, int]:
+        with s3_backend.open() as root:
+            store = root.storage.store
+            before = dict(store.requests.counts)
+            root.append("t", [value])
+            return {
+                k: v - before.get(k, 0) for k, v in store.requests.counts.items() if v != before.get(k, 0)
+            }
+
+    plain = commit(b"b" * 5000)
+    assert plain.get("get", 0) == 1, plain
+    with s3_backend.open() as sweeper:
+        sweeper.sweep_orphans(now_ms())
+    after_sweep = commit(b"c" * 5000)  # the remembered mark is older than the sweep's: uploads again
+    assert after_sweep.get("get", 0) == 1 and after_sweep.get("put", 0) == 2 * plain["put"], (
+        plain,
+        after_sweep,
+    )
+    assert commit(b"d" * 5000) == plain
+    cold_cache()
+    with s3_backend.open(read_only=True) as reader:
+        assert values(reader) == [v * 5000 for v in (b"a", b"b", b"c", b"d")]
