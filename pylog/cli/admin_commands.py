@@ -224,7 +224,7 @@ def describe_group_command(parser: argparse.ArgumentParser) -> Runner:
             )
             for p in info["partitions"]
         ]
-        widths = [max(len(r[i]) for r in rows) for i in range(5)]
+        widths = [max(map(len, column)) for column in zip(*rows, strict=True)]
         print(f"GROUP {info['group']}  lag {info['lag']}")
         for r in rows:
             print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())

@@ -72,8 +72,7 @@ class Root(Transactions, TableReading, Repairs):
         self.recoveries: list[Recovery] = []
         # readers honour the log start offsets too: retention checkpoints the new start before it
         # renames segments, so a reader never sees retention half done (test_crash_points.py)
-        files = writer.read_root(storage)
-        self._start_offsets, self._meta, self._state = files.start_offsets, files.meta, files.state
+        self._read_root()
         self.faults = Faults()
         """The named steps of its changes and its logs', for fault injection (pylog.storage.faults)."""
         self._failed: BaseException | None = None

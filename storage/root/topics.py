@@ -169,8 +169,10 @@ def _finish(root: Root, name: str) -> None:
     root.faults.step("topic-state-dropped")
     pattern = re.compile(rf"^{re.escape(name)}-(\d+)$")
     with root_step(storage, "", "list the partition directories of"):
-        dirs = [n for n in storage.listdir("") if pattern.match(n) and storage.isdir(n)]
-    for directory in sorted(dirs, key=lambda n: int(pattern.match(n).group(1))):  # type: ignore[union-attr]
+        dirs = sorted(
+            (int(m[1]), n) for n in storage.listdir("") if (m := pattern.match(n)) and storage.isdir(n)
+        )
+    for _, directory in dirs:
         with root_step(storage, directory, "remove it"):
             _remove_tree(storage, directory)
         root.faults.step("partition-deleted")
@@ -189,8 +191,8 @@ def _drop_state(root: Root, name: str) -> None:
         return [k for k in d if k[0] == name]
 
     hws = root._state.high_watermarks
-    if of_topic(hws):
-        for key in of_topic(hws):
+    if gone := of_topic(hws):
+        for key in gone:
             del hws[key]
         pub.write_state(storage, root._state)
     for d in (root._recovery_points, root._start_offsets):

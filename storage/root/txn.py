@@ -167,8 +167,7 @@ class Transactions:
         self._failed = None
         self._had_clean_shutdown = True  # the commit wrote the clean-shutdown marker
         self._recovery_points = ckpt.read_offsets(self.storage, ckpt.RECOVERY_POINT)
-        files = read_root(self.storage)
-        self._start_offsets, self._meta, self._state = files.start_offsets, files.meta, files.state
+        self._read_root()
         self._kept_snapshot = st.snapshot
 
     def _end_transaction(self, st: ObjectStorage, *, refresh: bool) -> None:
@@ -184,6 +183,11 @@ class Transactions:
             st.rollback()
         self._reload()
 
+    def _read_root(self) -> None:
+        """The log start offsets, topics and state, as a reader reads them (writer.read_root)."""
+        files = read_root(self.storage)
+        self._start_offsets, self._meta, self._state = files.start_offsets, files.meta, files.state
+
     def _reload(self) -> None:
         """State from the storage's current tree (after a commit, a rollback or a refresh)."""
         if self._writer is not None:
@@ -193,8 +197,7 @@ class Transactions:
         self._failed = None
         self._had_clean_shutdown = False
         self._recovery_points = {}
-        files = read_root(self.storage)
-        self._start_offsets, self._meta, self._state = files.start_offsets, files.meta, files.state
+        self._read_root()
 
     def refresh(self) -> None:
         """See what other writers published since this root was opened (object stores; on
