@@ -66,8 +66,6 @@ from pylog.storage.faults import Faults
 
 log = logging.getLogger("pylog.storage")
 
-_UNREAD = object()
-
 _KAFKA_SEGMENT = re.compile(r"^[A-Za-z0-9._-]+-\d+/\d{20}\.log$")
 
 
@@ -99,7 +97,6 @@ class ObjectStorage(Storage):
         self.in_transaction = False
         self.kafka_dir = False
         self.uploads_aborted = 0
-        self._sweep_mark: Any = _UNREAD  # the sweep mark as read before this root's next uploads
         if load:  # without: an empty tree, for staging only (no request)
             self.refresh(trust_known_s)
 
@@ -222,9 +219,7 @@ class ObjectStorage(Storage):
         token = uuid.uuid4().hex
         files, uploads = self._tree.changes(self.snapshot, token)
         # a sweep that began before this reading of its mark never deletes what is uploaded next
-        mark = (
-            self._sweep_mark if self._sweep_mark is not _UNREAD else orphans.mark_before_uploads(self.store)
-        )
+        mark = orphans.mark_before_uploads(self.store)
         self.faults.step("before-upload")
         uploaded_at = time.monotonic()
         self.store.put_many(uploads)
@@ -288,9 +283,8 @@ class ObjectStorage(Storage):
             now = orphans.sweep_mark(self.store)
         except Exception as e:  # our commit is there: raising would make the operation run again
             log.warning("%s: could not read the sweep mark (%s); uploading again", self.store.url, e)
-            self._sweep_mark, swept = _UNREAD, True
+            swept = True
         else:
-            self._sweep_mark = now  # read before this root's next uploads: good for its next commit
             swept = now != mark  # (a sweep that begins after this reading resolves our commit)
         if not swept:
             return
