@@ -78,7 +78,8 @@ def orphan_grace_s(store: ObjectClient) -> float:
 
 
 _MARKS: dict[str, bytes | None] = {}
-"""Per URL, the sweep mark as this process last read it (after a commit's create)."""
+"""Per root URL, the sweep mark as this process last read it: the one reading a commit takes
+before its uploads, whichever root object of the process read it."""
 _MARKS_LOCK = threading.Lock()
 
 
